@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole test suite (README command 2):
+#   1. installs what is missing (scripts/setup.sh);
+#   2. checks formatting (clang-format, Google style) of our sources;
+#   3. bazel test //... (GPU-tagged tests are skipped on machines without one);
+#   4. the same tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+# then prints one line "N passed, N failed, N skipped" counting test cases
+# (GoogleTest cases from each target's XML, plus the format check).
+# Exits non-zero when anything failed.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$(repo_root)"
+
+bash scripts/setup.sh || die "setup failed"
+
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+start=$(date +%s)
+
+step "Format check (clang-format --dry-run, Google style)"
+mapfile -t sources < <(git ls-files '*.h' '*.cc' '*.cu' '*.proto')
+if clang-format --dry-run --Werror "${sources[@]}" 2>"$results/format.log"; then
+  info "${#sources[@]} files formatted"
+  echo "format_check passed" >"$results/extra"
+else
+  head -40 "$results/format.log"
+  info "run: clang-format -i \$(git ls-files '*.h' '*.cc' '*.cu' '*.proto')"
+  echo "format_check failed" >"$results/extra"
+fi
+
+run_bazel_tests() {  # $1 = label for the summary, rest = extra bazel flags
+  local label=$1; shift
+  step "bazel test //... $*"
+  bazel test //... --keep_going --build_event_json_file="$results/$label.bep" "$@"
+  local rc=$?
+  # 0: all passed; 3: some tests failed; 4: no tests. Anything else means the
+  # build itself broke, which counts as a failure of its own.
+  if [ $rc -ne 0 ] && [ $rc -ne 3 ] && [ $rc -ne 4 ]; then
+    echo "bazel_${label}_build failed" >>"$results/extra"
+  fi
+}
+
+run_bazel_tests default
+run_bazel_tests asan --config=asan
+
+step "Summary ($(( $(date +%s) - start ))s)"
+python3 scripts/count_tests.py "$results"
