@@ -1,0 +1,122 @@
+#include "cli/admin_client.h"
+
+#include <chrono>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/admin.grpc.pb.h"
+#include "rpc/status_conversion.h"
+
+namespace pdserve::cli {
+namespace {
+
+// Runs one unary Admin call with a deadline; errors name the router.
+template <typename Request, typename Response, typename Method>
+absl::StatusOr<Response> Call(const std::string& router_address,
+                              absl::Duration timeout, const Request& request,
+                              Method method) {
+  auto stub = v1::Admin::NewStub(
+      grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(timeout));
+  Response response;
+  const grpc::Status status = ((*stub).*method)(&context, request, &response);
+  if (!status.ok()) {
+    const absl::Status error = rpc::FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat("router ", router_address,
+                                                   ": ", error.message()));
+  }
+  return response;
+}
+
+std::string ShortRole(v1::WorkerRole role) {
+  switch (role) {
+    case v1::WORKER_ROLE_PREFILL:
+      return "prefill";
+    case v1::WORKER_ROLE_DECODE:
+      return "decode";
+    case v1::WORKER_ROLE_BOTH:
+      return "colocated";
+    default:
+      return "?";
+  }
+}
+
+std::string ShortState(v1::WorkerState state) {
+  switch (state) {
+    case v1::WORKER_STATE_STARTING:
+      return "STARTING";
+    case v1::WORKER_STATE_SERVING:
+      return "SERVING";
+    case v1::WORKER_STATE_DRAINING:
+      return "DRAINING";
+    case v1::WORKER_STATE_DEAD:
+      return "DEAD";
+    default:
+      return "?";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
+    const std::string& router_address, v1::WorkerRole role,
+    absl::Duration timeout) {
+  v1::ListWorkersRequest request;
+  request.set_role(role);
+  return Call<v1::ListWorkersRequest, v1::ListWorkersResponse>(
+      router_address, timeout, request, &v1::Admin::Stub::ListWorkers);
+}
+
+absl::StatusOr<v1::ListPoolsResponse> ListPools(
+    const std::string& router_address, absl::Duration timeout) {
+  return Call<v1::ListPoolsRequest, v1::ListPoolsResponse>(
+      router_address, timeout, v1::ListPoolsRequest(),
+      &v1::Admin::Stub::ListPools);
+}
+
+absl::StatusOr<v1::DrainWorkerResponse> DrainWorker(
+    const std::string& router_address, const std::string& worker_id,
+    absl::Duration deadline, absl::Duration timeout) {
+  v1::DrainWorkerRequest request;
+  request.set_worker_id(worker_id);
+  request.set_deadline_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(deadline)));
+  return Call<v1::DrainWorkerRequest, v1::DrainWorkerResponse>(
+      router_address, timeout, request, &v1::Admin::Stub::DrainWorker);
+}
+
+std::string FormatStatus(const v1::ListPoolsResponse& pools,
+                         const v1::ListWorkersResponse& workers) {
+  std::string out;
+  for (const v1::PoolInfo& pool : pools.pools()) {
+    if (pool.current_size() == 0 && pool.role() == v1::WORKER_ROLE_BOTH) {
+      continue;  // No colocated pool configured: not worth a line.
+    }
+    absl::StrAppendFormat(&out,
+                          "pool %-9s %u workers (%u starting, %u draining)\n",
+                          ShortRole(pool.role()), pool.current_size(),
+                          pool.starting(), pool.draining());
+  }
+  absl::StrAppendFormat(&out, "\n%-22s %-9s %-9s %-21s %9s %11s %8s\n",
+                        "WORKER", "ROLE", "STATE", "ADDRESS", "IN-FLIGHT",
+                        "KV FREE", "LAST HB");
+  for (const v1::WorkerInfo& w : workers.workers()) {
+    const std::string kv = w.load().total_kv_blocks() == 0
+                               ? std::string("-")
+                               : absl::StrCat(w.load().free_kv_blocks(), "/",
+                                              w.load().total_kv_blocks());
+    absl::StrAppendFormat(&out, "%-22s %-9s %-9s %-21s %9u %11s %6ums\n",
+                          w.worker_id(), ShortRole(w.role()),
+                          ShortState(w.state()), w.address(),
+                          w.inflight_requests(), kv, w.last_heartbeat_age_ms());
+  }
+  if (workers.workers().empty()) out += "(no workers registered)\n";
+  return out;
+}
+
+}  // namespace pdserve::cli

@@ -1,0 +1,208 @@
+#include "cli/local_cluster.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "cli/admin_client.h"
+#include "common/status_macros.h"
+#include "rpc/health_client.h"
+
+namespace pdserve::cli {
+namespace {
+
+// Reads the port a process wrote to `port_file` once it was serving.
+absl::StatusOr<int> AwaitPortFile(const std::string& port_file,
+                                  LocalProcess& process, absl::Time give_up) {
+  while (absl::Now() < give_up) {
+    std::ifstream in(port_file);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    if (!process.process->running()) {
+      absl::StatusOr<int> status = process.process->Wait(absl::ZeroDuration());
+      return absl::UnavailableError(
+          absl::StrCat(process.name, " ",
+                       status.ok() ? DescribeWaitStatus(*status) : "exited",
+                       " during start-up; end of ", process.log_path, ":\n",
+                       TailOfFile(process.log_path)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(process.name, " did not start serving in time; end of ",
+                   process.log_path, ":\n", TailOfFile(process.log_path)));
+}
+
+std::string Ms(absl::Duration d) {
+  return absl::StrCat(absl::ToInt64Milliseconds(d));
+}
+
+}  // namespace
+
+std::string TailOfFile(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string content = buffer.str();
+  return content.size() <= max_bytes
+             ? content
+             : content.substr(content.size() - max_bytes);
+}
+
+absl::StatusOr<std::string> FindBinary(const std::string& bin_dir,
+                                       const std::string& relative) {
+  const std::string nested = absl::StrCat(bin_dir, "/", relative);
+  if (::access(nested.c_str(), X_OK) == 0) return nested;
+  const size_t slash = relative.rfind('/');
+  const std::string flat = absl::StrCat(
+      bin_dir, "/",
+      slash == std::string::npos ? relative : relative.substr(slash + 1));
+  if (::access(flat.c_str(), X_OK) == 0) return flat;
+  return absl::NotFoundError(absl::StrCat("no executable ", nested, " or ",
+                                          flat,
+                                          " (build with bazel build //...)"));
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  if (options.num_prefill < 0 || options.num_decode < 0) {
+    return absl::InvalidArgumentError("worker counts must be >= 0");
+  }
+  PD_ASSIGN_OR_RETURN(const std::string router_bin,
+                      FindBinary(options.bin_dir, "router/pd-router"));
+  PD_ASSIGN_OR_RETURN(
+      const std::string prefill_bin,
+      FindBinary(options.bin_dir, "prefill_worker/pd-prefill-worker"));
+  PD_ASSIGN_OR_RETURN(
+      const std::string decode_bin,
+      FindBinary(options.bin_dir, "decode_worker/pd-decode-worker"));
+
+  auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
+  cluster->options_ = options;
+  const absl::Time give_up = absl::Now() + options.startup_timeout;
+
+  PD_ASSIGN_OR_RETURN(
+      LocalProcess router,
+      cluster->Launch("router", router_bin,
+                      {absl::StrCat("--listen=", options.router_listen),
+                       absl::StrCat("--lease_ms=", Ms(options.lease)),
+                       absl::StrCat("--heartbeat_ms=", Ms(options.heartbeat))},
+                      give_up));
+  cluster->processes_.push_back(std::move(router));
+  const std::string router_address = cluster->router_address();
+
+  std::vector<std::pair<std::string, std::string>> workers;
+  for (int i = 0; i < options.num_prefill; ++i) {
+    workers.emplace_back(absl::StrCat("prefill-", i), prefill_bin);
+  }
+  for (int i = 0; i < options.num_decode; ++i) {
+    workers.emplace_back(absl::StrCat("decode-", i), decode_bin);
+  }
+  for (const auto& [name, binary] : workers) {
+    PD_ASSIGN_OR_RETURN(
+        LocalProcess worker,
+        cluster->Launch(
+            name, binary,
+            {"--listen=127.0.0.1:0", absl::StrCat("--router=", router_address),
+             absl::StrCat("--worker_id=", name)},
+            give_up));
+    cluster->processes_.push_back(std::move(worker));
+  }
+
+  // Ready when the router lists every worker as SERVING.
+  const size_t expected = workers.size();
+  while (true) {
+    absl::StatusOr<v1::ListWorkersResponse> listed = ListWorkers(
+        router_address, v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(2));
+    size_t serving = 0;
+    if (listed.ok()) {
+      for (const v1::WorkerInfo& w : listed->workers()) {
+        serving += w.state() == v1::WORKER_STATE_SERVING;
+      }
+    }
+    if (serving == expected) break;
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("only ", serving, " of ", expected,
+                       " workers registered as SERVING in time; logs in ",
+                       options.work_dir));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return cluster;
+}
+
+absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
+                                                  const std::string& binary,
+                                                  std::vector<std::string> args,
+                                                  absl::Time give_up) {
+  LocalProcess local;
+  local.name = name;
+  local.log_path = absl::StrCat(options_.work_dir, "/", name, ".log");
+  const std::string port_file =
+      absl::StrCat(options_.work_dir, "/", name, ".port");
+  ::unlink(port_file.c_str());
+  ::unlink(local.log_path.c_str());
+  SubprocessOptions subprocess;
+  subprocess.argv = {binary};
+  subprocess.argv.insert(subprocess.argv.end(), args.begin(), args.end());
+  subprocess.argv.push_back(absl::StrCat("--port_file=", port_file));
+  subprocess.log_path = local.log_path;
+  PD_ASSIGN_OR_RETURN(local.process, Subprocess::Start(subprocess));
+  PD_ASSIGN_OR_RETURN(const int port, AwaitPortFile(port_file, local, give_up));
+  local.address = absl::StrCat("127.0.0.1:", port);
+  PD_RETURN_IF_ERROR(
+      rpc::WaitUntilServing(local.address, give_up - absl::Now()));
+  return local;
+}
+
+LocalProcess* LocalCluster::Find(const std::string& name) {
+  for (LocalProcess& p : processes_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+absl::Status LocalCluster::Stop(absl::Duration grace) {
+  std::vector<std::string> problems;
+  auto stop = [&](LocalProcess& p) {
+    if (!p.process->running()) {
+      const absl::StatusOr<int> status = p.process->Wait(absl::ZeroDuration());
+      if (status.ok() && *status != 0) {
+        problems.push_back(
+            absl::StrCat(p.name, " had ", DescribeWaitStatus(*status)));
+      }
+      return;
+    }
+    const int status = p.process->Stop(grace);
+    if (status != 0) {
+      problems.push_back(
+          absl::StrCat(p.name, " ", DescribeWaitStatus(status), " on SIGTERM"));
+    }
+  };
+  // Workers first, together, so they drain in parallel and can deregister
+  // from a router that is still up.
+  for (size_t i = 1; i < processes_.size(); ++i) {
+    if (processes_[i].process->running())
+      processes_[i].process->Signal(SIGTERM);
+  }
+  for (size_t i = 1; i < processes_.size(); ++i) stop(processes_[i]);
+  if (!processes_.empty()) stop(processes_[0]);
+  if (!problems.empty()) {
+    return absl::InternalError(absl::StrJoin(problems, "; "));
+  }
+  return absl::OkStatus();
+}
+
+LocalCluster::~LocalCluster() {
+  // Subprocess destructors SIGKILL whatever is left; workers go first.
+  while (!processes_.empty()) processes_.pop_back();
+}
+
+}  // namespace pdserve::cli

@@ -1,0 +1,91 @@
+// LocalCluster: a router plus prefill and decode workers as real processes
+// on this host, for `pdctl up`, the quick start and multi-process tests.
+//
+// Start() launches the router, waits until it is SERVING, launches the
+// workers pointed at it, and returns once every process is SERVING and the
+// router lists every worker: a started cluster is a usable cluster. A process
+// that dies during start-up fails Start() with the end of its log.
+//
+// Ownership: owns the processes; destroying the cluster kills any still
+// running (they never outlive it, see common/subprocess.h).
+// Thread-safety: not thread-safe; use from one thread.
+#ifndef PDSERVE_CLI_LOCAL_CLUSTER_H_
+#define PDSERVE_CLI_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+
+namespace pdserve::cli {
+
+struct LocalClusterOptions {
+  // Folder holding router/pd-router, prefill_worker/pd-prefill-worker and
+  // decode_worker/pd-decode-worker (Bazel's bazel-bin layout), or the three
+  // binaries side by side (installed layout).
+  std::string bin_dir;
+  int num_prefill = 1;
+  int num_decode = 1;
+  // Router listen address; port 0 picks a free port.
+  std::string router_listen = "127.0.0.1:0";
+  // Per-process logs (NAME.log) and port files go here; must exist.
+  std::string work_dir;
+  absl::Duration lease = absl::Seconds(3);
+  absl::Duration heartbeat = absl::Milliseconds(500);
+  absl::Duration startup_timeout = absl::Seconds(30);
+};
+
+struct LocalProcess {
+  std::string name;     // "router", "prefill-0", "decode-0", ...
+  std::string address;  // host:port it serves gRPC on.
+  std::string log_path;
+  std::unique_ptr<Subprocess> process;
+};
+
+class LocalCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
+      const LocalClusterOptions& options);
+  ~LocalCluster();
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  const std::string& router_address() const { return processes_[0].address; }
+
+  // All processes, the router first. Null process pointers never occur.
+  std::vector<LocalProcess>& processes() { return processes_; }
+
+  // The process named `name`, or nullptr.
+  LocalProcess* Find(const std::string& name);
+
+  // SIGTERM to workers (they drain and deregister), then the router; each
+  // gets `grace` before SIGKILL. Errors list every process that did not
+  // exit cleanly (code 0) or had already died.
+  absl::Status Stop(absl::Duration grace);
+
+ private:
+  LocalCluster() = default;
+
+  absl::StatusOr<LocalProcess> Launch(const std::string& name,
+                                      const std::string& binary,
+                                      std::vector<std::string> args,
+                                      absl::Time give_up);
+
+  LocalClusterOptions options_;
+  std::vector<LocalProcess> processes_;
+};
+
+// Finds `relative` ("router/pd-router") under bin_dir, falling back to its
+// base name directly in bin_dir. NOT_FOUND names both paths tried.
+absl::StatusOr<std::string> FindBinary(const std::string& bin_dir,
+                                       const std::string& relative);
+
+// The last `max_bytes` of a file, for error messages.
+std::string TailOfFile(const std::string& path, size_t max_bytes = 2000);
+
+}  // namespace pdserve::cli
+
+#endif  // PDSERVE_CLI_LOCAL_CLUSTER_H_

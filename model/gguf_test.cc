@@ -1,0 +1,926 @@
+#include "model/gguf.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/gguf_types.h"
+#include "model/gguf_writer.h"
+
+namespace pdserve::model {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------------------
+// Helpers.
+
+std::string TempPath(absl::string_view name) {
+  return absl::StrCat(::testing::TempDir(), "/gguf_test_", ::getpid(), "_",
+                      name);
+}
+
+std::string WriteBytes(absl::string_view name, absl::string_view bytes) {
+  const std::string path = TempPath(name);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  EXPECT_TRUE(out.good()) << path;
+  return path;
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenBytes(absl::string_view name,
+                                                    absl::string_view bytes) {
+  return GgufFile::Open(WriteBytes(name, bytes));
+}
+
+// Expects `result` to fail with a message containing every word in `words`.
+template <typename T>
+void ExpectError(const absl::StatusOr<T>& result,
+                 std::vector<absl::string_view> words) {
+  ASSERT_FALSE(result.ok()) << "expected an error containing '"
+                            << (words.empty() ? "" : words[0]) << "'";
+  for (absl::string_view word : words) {
+    EXPECT_THAT(std::string(result.status().message()),
+                HasSubstr(std::string(word)));
+  }
+}
+void ExpectError(const absl::Status& status,
+                 std::vector<absl::string_view> words) {
+  ASSERT_FALSE(status.ok());
+  for (absl::string_view word : words) {
+    EXPECT_THAT(std::string(status.message()), HasSubstr(std::string(word)));
+  }
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(n);
+  for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+// Builds arbitrary (possibly invalid) GGUF bytes by hand.
+class RawGguf {
+ public:
+  RawGguf& Magic(absl::string_view magic = "GGUF") {
+    bytes_.append(magic.data(), magic.size());
+    return *this;
+  }
+  RawGguf& Header(uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+    Magic();
+    return U32(version).U64(n_tensors).U64(n_kv);
+  }
+  RawGguf& U8(uint8_t v) { return Pod(v); }
+  RawGguf& U32(uint32_t v) { return Pod(v); }
+  RawGguf& U64(uint64_t v) { return Pod(v); }
+  RawGguf& Str(absl::string_view s) {
+    U64(s.size());
+    bytes_.append(s.data(), s.size());
+    return *this;
+  }
+  // key, type id, then the caller appends the payload.
+  RawGguf& Key(absl::string_view key, uint32_t type) {
+    return Str(key).U32(type);
+  }
+  RawGguf& Tensor(absl::string_view name, std::vector<uint64_t> dims,
+                  uint32_t type, uint64_t offset) {
+    Str(name).U32(static_cast<uint32_t>(dims.size()));
+    for (uint64_t d : dims) U64(d);
+    return U32(type).U64(offset);
+  }
+  RawGguf& PadTo(size_t alignment) {
+    bytes_.resize((bytes_.size() + alignment - 1) / alignment * alignment,
+                  '\0');
+    return *this;
+  }
+  RawGguf& Zeros(size_t n) {
+    bytes_.append(n, '\0');
+    return *this;
+  }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  template <typename T>
+  RawGguf& Pod(T v) {
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    bytes_.append(b, sizeof(T));
+    return *this;
+  }
+  std::string bytes_;
+};
+
+constexpr uint32_t kTypeU32 = 4;
+constexpr uint32_t kTypeString = 8;
+constexpr uint32_t kTypeArray = 9;
+constexpr uint32_t kGgmlF32 = 0;
+
+// ---------------------------------------------------------------------------
+// ggml types.
+
+struct ExpectedType {
+  uint32_t id;
+  const char* name;
+  uint32_t block_size;
+  uint32_t type_size;
+};
+
+constexpr ExpectedType kExpectedTypes[] = {
+    {0, "f32", 1, 4},       {1, "f16", 1, 2},       {2, "q4_0", 32, 18},
+    {3, "q4_1", 32, 20},    {6, "q5_0", 32, 22},    {7, "q5_1", 32, 24},
+    {8, "q8_0", 32, 34},    {9, "q8_1", 32, 36},    {10, "q2_K", 256, 84},
+    {11, "q3_K", 256, 110}, {12, "q4_K", 256, 144}, {13, "q5_K", 256, 176},
+    {14, "q6_K", 256, 210}, {15, "q8_K", 256, 292}, {24, "i8", 1, 1},
+    {25, "i16", 1, 2},      {26, "i32", 1, 4},      {27, "i64", 1, 8},
+    {28, "f64", 1, 8},      {30, "bf16", 1, 2},
+};
+
+TEST(GgmlTypesTest, TableMatchesGgml) {
+  ASSERT_EQ(AllGgmlTypes().size(), std::size(kExpectedTypes));
+  for (const ExpectedType& e : kExpectedTypes) {
+    SCOPED_TRACE(e.name);
+    absl::StatusOr<GgmlType> type = GgmlTypeFromId(e.id);
+    ASSERT_TRUE(type.ok()) << type.status();
+    EXPECT_EQ(static_cast<uint32_t>(*type), e.id);
+    absl::StatusOr<GgmlTypeInfo> info = GetGgmlTypeInfo(*type);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->name, e.name);
+    EXPECT_EQ(info->block_size, e.block_size);
+    EXPECT_EQ(info->type_size, e.type_size);
+    EXPECT_EQ(GgmlTypeName(*type), e.name);
+    absl::StatusOr<GgmlType> by_name = GgmlTypeFromName(e.name);
+    ASSERT_TRUE(by_name.ok());
+    EXPECT_EQ(*by_name, *type);
+    absl::StatusOr<uint64_t> bytes = GgmlTypeBytes(*type, 3 * e.block_size);
+    ASSERT_TRUE(bytes.ok());
+    EXPECT_EQ(*bytes, 3u * e.type_size);
+  }
+}
+
+TEST(GgmlTypesTest, ByteSizing) {
+  EXPECT_EQ(*GgmlTypeBytes(GgmlType::kQ4_0, 64), 36u);
+  EXPECT_EQ(*GgmlTypeBytes(GgmlType::kQ4_1, 576), 18u * 20u);
+  EXPECT_EQ(*GgmlTypeBytes(GgmlType::kQ6_K, 512), 420u);
+  EXPECT_EQ(*GgmlTypeBytes(GgmlType::kF32, 3), 12u);
+  EXPECT_EQ(*GgmlTypeBytes(GgmlType::kF16, 0), 0u);
+  ExpectError(GgmlTypeBytes(GgmlType::kQ4_K, 100),
+              {"100", "not a multiple", "256"});
+  ExpectError(GgmlTypeBytes(GgmlType::kQ8_0, 33), {"not a multiple", "32"});
+  ExpectError(GgmlTypeBytes(GgmlType::kF64, uint64_t{1} << 62), {"overflow"});
+  ExpectError(GgmlTypeBytes(static_cast<GgmlType>(99), 1), {"unknown", "99"});
+}
+
+TEST(GgmlTypesTest, UnknownIds) {
+  ExpectError(GgmlTypeFromId(99), {"unknown ggml type id 99"});
+  ExpectError(GgmlTypeFromId(16), {"unsupported", "iq2_xxs", "16"});
+  ExpectError(GgmlTypeFromId(4), {"q4_2"});
+  ExpectError(GgmlTypeFromName("q4_k"), {"unknown ggml type name"});
+  EXPECT_EQ(GgmlTypeName(static_cast<GgmlType>(77)), "unknown(77)");
+}
+
+// ---------------------------------------------------------------------------
+// GgufValue.
+
+TEST(GgufValueTest, TypesAndConversions) {
+  EXPECT_EQ(GgufValue(uint8_t{1}).type(), GgufValueType::kUint8);
+  EXPECT_EQ(GgufValue(int8_t{-1}).type(), GgufValueType::kInt8);
+  EXPECT_EQ(GgufValue(uint16_t{1}).type(), GgufValueType::kUint16);
+  EXPECT_EQ(GgufValue(int16_t{1}).type(), GgufValueType::kInt16);
+  EXPECT_EQ(GgufValue(1u).type(), GgufValueType::kUint32);
+  EXPECT_EQ(GgufValue(1).type(), GgufValueType::kInt32);
+  EXPECT_EQ(GgufValue(1.5f).type(), GgufValueType::kFloat32);
+  EXPECT_EQ(GgufValue(true).type(), GgufValueType::kBool);
+  EXPECT_EQ(GgufValue("x").type(), GgufValueType::kString);
+  EXPECT_EQ(GgufValue(std::string("x")).type(), GgufValueType::kString);
+  EXPECT_EQ(GgufValue(absl::string_view("x")).type(), GgufValueType::kString);
+  EXPECT_EQ(GgufValue(uint64_t{1}).type(), GgufValueType::kUint64);
+  EXPECT_EQ(GgufValue(int64_t{1}).type(), GgufValueType::kInt64);
+  EXPECT_EQ(GgufValue(1.5).type(), GgufValueType::kFloat64);
+  EXPECT_EQ(GgufValue::ArrayOf(std::vector<std::string>{"a"}).TypeString(),
+            "array[string]");
+
+  EXPECT_EQ(GgufValue(int8_t{-1}).AsUint64(), std::nullopt);
+  EXPECT_EQ(GgufValue(int8_t{-1}).AsInt64(), -1);
+  EXPECT_EQ(GgufValue(uint64_t{1} << 63).AsInt64(), std::nullopt);
+  EXPECT_EQ(GgufValue(uint64_t{1} << 63).AsUint64(), uint64_t{1} << 63);
+  EXPECT_EQ(GgufValue(true).AsUint64(), std::nullopt);
+  EXPECT_EQ(GgufValue(1.5f).AsInt64(), std::nullopt);
+  EXPECT_EQ(GgufValue(1.5f).AsDouble(), 1.5);
+  EXPECT_EQ(GgufValue(7).AsDouble(), std::nullopt);
+
+  EXPECT_EQ(GgufValue(uint8_t{200}).DebugString(), "200");
+  EXPECT_EQ(GgufValue("a\"b").DebugString(), "\"a\\\"b\"");
+  EXPECT_EQ(GgufValue::ArrayOf(std::vector<int32_t>{1, 2, 3}).DebugString(2),
+            "[int32 x 3: 1, 2, ...]");
+}
+
+TEST(GgufValueTest, Arrays) {
+  const GgufArray strings(std::vector<std::string>{"a", "bc"});
+  EXPECT_EQ(strings.element_type(), GgufValueType::kString);
+  EXPECT_EQ(strings.size(), 2u);
+  EXPECT_EQ(strings.Depth(), 1);
+  ASSERT_NE(strings.get_if<std::string>(), nullptr);
+  EXPECT_EQ((*strings.get_if<std::string>())[1], "bc");
+  EXPECT_EQ(strings.get_if<float>(), nullptr);
+  EXPECT_EQ(strings.Get(1), GgufValue("bc"));
+
+  const GgufArray empty;
+  EXPECT_EQ(empty.element_type(), GgufValueType::kUint8);
+  EXPECT_TRUE(empty.empty());
+
+  const GgufArray bools(std::vector<bool>{true, false});
+  EXPECT_EQ(bools.element_type(), GgufValueType::kBool);
+  EXPECT_EQ(bools.Get(0), GgufValue(true));
+
+  const GgufArray nested(std::vector<GgufArray>{
+      strings, GgufArray(std::vector<GgufArray>{GgufArray()})});
+  EXPECT_EQ(nested.element_type(), GgufValueType::kArray);
+  EXPECT_EQ(nested.Depth(), 3);
+  EXPECT_EQ(nested.Get(0), GgufValue(strings));
+  EXPECT_EQ(GgufValue(nested).TypeString(), "array[array]");
+  EXPECT_EQ(GgufValue(nested).DebugString(),
+            "[array x 2: [string x 2: \"a\", \"bc\"], [array x 1: "
+            "[uint8 x 0:]]]");
+  EXPECT_FALSE(GgufValue(strings) == GgufValue(nested));
+}
+
+TEST(GgufValueTest, Validate) {
+  EXPECT_TRUE(GgufValue::ArrayOf(std::vector<float>{1, 2}).Validate().ok());
+  GgufArray deep(std::vector<uint8_t>{1});
+  for (int i = 1; i < GgufValue::kMaxArrayDepth; ++i) {
+    deep = GgufArray(std::vector<GgufArray>{deep});
+  }
+  EXPECT_EQ(deep.Depth(), GgufValue::kMaxArrayDepth);
+  EXPECT_TRUE(GgufValue(deep).Validate().ok());
+  deep = GgufArray(std::vector<GgufArray>{deep});
+  ExpectError(GgufValue(deep).Validate(), {"nested 17 deep", "at most 16"});
+}
+
+// ---------------------------------------------------------------------------
+// Round trips.
+
+// One value of each kind, including edge values, strings with NUL bytes and
+// nested arrays.
+std::vector<std::pair<std::string, GgufValue>> AllKindsOfMetadata() {
+  std::vector<std::pair<std::string, GgufValue>> kv;
+  kv.emplace_back("u8", GgufValue(uint8_t{255}));
+  kv.emplace_back("i8", GgufValue(int8_t{-128}));
+  kv.emplace_back("u16", GgufValue(uint16_t{65535}));
+  kv.emplace_back("i16", GgufValue(int16_t{-32768}));
+  kv.emplace_back("u32", GgufValue(uint32_t{4000000000u}));
+  kv.emplace_back("i32", GgufValue(int32_t{-2000000000}));
+  kv.emplace_back("f32", GgufValue(3.25f));
+  kv.emplace_back("bool_true", GgufValue(true));
+  kv.emplace_back("bool_false", GgufValue(false));
+  kv.emplace_back("str", GgufValue("hello \xe2\x96\x81world"));
+  kv.emplace_back("str_empty", GgufValue(""));
+  kv.emplace_back("str_nul", GgufValue(std::string("a\0b", 3)));
+  kv.emplace_back("u64", GgufValue(std::numeric_limits<uint64_t>::max()));
+  kv.emplace_back("i64", GgufValue(std::numeric_limits<int64_t>::min()));
+  kv.emplace_back("f64", GgufValue(-1.0e300));
+  kv.emplace_back("arr_u8", GgufValue::ArrayOf(std::vector<uint8_t>{0, 255}));
+  kv.emplace_back("arr_i8", GgufValue::ArrayOf(std::vector<int8_t>{-1, 1}));
+  kv.emplace_back("arr_u16", GgufValue::ArrayOf(std::vector<uint16_t>{7}));
+  kv.emplace_back("arr_i16", GgufValue::ArrayOf(std::vector<int16_t>{-7, 8}));
+  kv.emplace_back("arr_u32", GgufValue::ArrayOf(std::vector<uint32_t>{1, 2}));
+  kv.emplace_back("arr_i32",
+                  GgufValue::ArrayOf(std::vector<int32_t>{-1, 0, 1 << 30}));
+  kv.emplace_back("arr_f32",
+                  GgufValue::ArrayOf(std::vector<float>{0.5f, -2.0f}));
+  kv.emplace_back("arr_bool",
+                  GgufValue::ArrayOf(std::vector<bool>{true, false, true}));
+  kv.emplace_back("arr_str", GgufValue::ArrayOf(std::vector<std::string>{
+                                 "<s>", "", std::string("x\0y", 3)}));
+  kv.emplace_back("arr_u64", GgufValue::ArrayOf(std::vector<uint64_t>{
+                                 std::numeric_limits<uint64_t>::max()}));
+  kv.emplace_back("arr_i64", GgufValue::ArrayOf(std::vector<int64_t>{-5}));
+  kv.emplace_back("arr_f64", GgufValue::ArrayOf(std::vector<double>{1e-300}));
+  kv.emplace_back("arr_empty", GgufValue::ArrayOf(std::vector<float>{}));
+  kv.emplace_back("arr_nested",
+                  GgufValue::ArrayOf(std::vector<GgufArray>{
+                      GgufArray(std::vector<int32_t>{1, 2}),
+                      GgufArray(std::vector<std::string>{"a", "b"}),
+                      GgufArray(std::vector<GgufArray>{
+                          GgufArray(std::vector<double>{2.5}),
+                          GgufArray(std::vector<GgufArray>{})}),
+                      GgufArray(std::vector<bool>{})}));
+  return kv;
+}
+
+TEST(GgufRoundTripTest, EveryMetadataType) {
+  auto writer = GgufWriter::Create();
+  ASSERT_TRUE(writer.ok());
+  const auto kv = AllKindsOfMetadata();
+  for (const auto& [key, value] : kv) {
+    ASSERT_TRUE((*writer)->AddMetadata(key, value).ok()) << key;
+  }
+  const std::string path = TempPath("all_metadata.gguf");
+  ASSERT_TRUE((*writer)->WriteFile(path).ok());
+
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const GgufFile& f = **file;
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.path(), path);
+  EXPECT_EQ(f.alignment(), 32u);
+  EXPECT_TRUE(f.tensors().empty());
+  EXPECT_EQ(f.file_size(), (*writer)->Serialize().size());
+  ASSERT_EQ(f.metadata().size(), kv.size());
+  for (size_t i = 0; i < kv.size(); ++i) {
+    SCOPED_TRACE(kv[i].first);
+    EXPECT_EQ(f.metadata()[i].first, kv[i].first);
+    EXPECT_EQ(f.metadata()[i].second.type(), kv[i].second.type());
+    EXPECT_TRUE(f.metadata()[i].second == kv[i].second)
+        << f.metadata()[i].second.DebugString() << " vs "
+        << kv[i].second.DebugString();
+    const GgufValue* found = f.FindMetadata(kv[i].first);
+    ASSERT_NE(found, nullptr);
+    EXPECT_EQ(found, &f.metadata()[i].second);
+  }
+  EXPECT_FALSE(f.HasMetadata("nope"));
+  EXPECT_EQ(f.FindMetadata("nope"), nullptr);
+}
+
+TEST(GgufRoundTripTest, EveryTensorTypeAndAlignment) {
+  for (uint32_t alignment : {1u, 8u, 32u, 64u, 256u, 4096u}) {
+    SCOPED_TRACE(absl::StrCat("alignment ", alignment));
+    auto writer = GgufWriter::Create({.alignment = alignment});
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->AddMetadata("general.architecture", "test").ok());
+    std::vector<std::vector<uint8_t>> payloads;
+    uint32_t seed = 1;
+    for (const GgmlTypeInfo& t : AllGgmlTypes()) {
+      const std::vector<uint64_t> dims = {2 * uint64_t{t.block_size}, 3};
+      payloads.push_back(RandomBytes(6 * t.type_size, seed++));
+      ASSERT_TRUE((*writer)
+                      ->AddTensor(absl::StrCat("t.", t.name), dims, t.type,
+                                  payloads.back())
+                      .ok())
+          << t.name;
+    }
+    // A 1-D tensor and a 4-D tensor too.
+    const std::vector<float> values = {1, 2, 3, 4, 5};
+    ASSERT_TRUE((*writer)->AddF32Tensor("vec", {5}, values).ok());
+    payloads.push_back(RandomBytes(2 * 3 * 4 * 5 * 2, seed++));
+    ASSERT_TRUE(
+        (*writer)
+            ->AddTensor("four_d", {2, 3, 4, 5}, GgmlType::kF16, payloads.back())
+            .ok());
+
+    const std::string path = TempPath("tensors.gguf");
+    ASSERT_TRUE((*writer)->WriteFile(path).ok());
+    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    const GgufFile& f = **file;
+    EXPECT_EQ(f.alignment(), alignment);
+    EXPECT_EQ(f.data_offset() % alignment, 0u);
+    if (alignment != 32) {
+      EXPECT_EQ(*f.GetU32("general.alignment"), alignment);
+    } else {
+      EXPECT_FALSE(f.HasMetadata("general.alignment"));
+    }
+    EXPECT_EQ(*f.architecture(), "test");
+    ASSERT_EQ(f.tensors().size(), AllGgmlTypes().size() + 2);
+
+    for (size_t i = 0; i < AllGgmlTypes().size(); ++i) {
+      const GgmlTypeInfo& t = AllGgmlTypes()[i];
+      SCOPED_TRACE(t.name);
+      const GgufTensorInfo& info = f.tensors()[i];
+      EXPECT_EQ(info.name, absl::StrCat("t.", t.name));
+      EXPECT_EQ(info.type, t.type);
+      EXPECT_EQ(info.dims,
+                (std::vector<uint64_t>{2 * uint64_t{t.block_size}, 3}));
+      EXPECT_EQ(info.n_elements, 6u * t.block_size);
+      EXPECT_EQ(info.n_bytes, 6u * t.type_size);
+      EXPECT_EQ(info.file_offset % alignment, 0u);
+      EXPECT_GE(info.file_offset, f.data_offset());
+      // The mapping is page-aligned, so file-relative alignment is also
+      // memory alignment.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(info.data) % alignment, 0u);
+      ASSERT_EQ(payloads[i].size(), info.n_bytes);
+      EXPECT_EQ(std::memcmp(info.data, payloads[i].data(), info.n_bytes), 0);
+      absl::StatusOr<const GgufTensorInfo*> found = f.FindTensor(info.name);
+      ASSERT_TRUE(found.ok());
+      EXPECT_EQ(*found, &info);
+    }
+    absl::StatusOr<const GgufTensorInfo*> vec = f.FindTensor("vec");
+    ASSERT_TRUE(vec.ok());
+    EXPECT_EQ((*vec)->dims, std::vector<uint64_t>{5});
+    ASSERT_EQ((*vec)->n_bytes, 20u);
+    EXPECT_EQ(std::memcmp((*vec)->data, values.data(), 20), 0);
+    absl::StatusOr<const GgufTensorInfo*> four_d = f.FindTensor("four_d");
+    ASSERT_TRUE(four_d.ok());
+    EXPECT_EQ((*four_d)->dims, (std::vector<uint64_t>{2, 3, 4, 5}));
+    EXPECT_EQ((*four_d)->n_elements, 120u);
+    EXPECT_EQ(std::memcmp((*four_d)->data, payloads.back().data(), 240), 0);
+  }
+}
+
+TEST(GgufRoundTripTest, SerializeMatchesWriteFile) {
+  auto writer = GgufWriter::Create();
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->AddMetadata("k", 1u).ok());
+  ASSERT_TRUE(
+      (*writer)->AddF32Tensor("t", {3}, std::vector<float>{1, 2, 3}).ok());
+  const std::string bytes = (*writer)->Serialize();
+  const std::string path = TempPath("serialize.gguf");
+  ASSERT_TRUE((*writer)->WriteFile(path).ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string on_disk((std::istreambuf_iterator<char>(in)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_EQ(on_disk, bytes);
+  EXPECT_EQ(bytes.substr(0, 4), "GGUF");
+  EXPECT_EQ(bytes.size() % 32, 0u);  // the last tensor is padded too
+}
+
+// ---------------------------------------------------------------------------
+// Typed getters.
+
+class GgufGetterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto writer = GgufWriter::Create();
+    ASSERT_TRUE(writer.ok());
+    GgufWriter& w = **writer;
+    ASSERT_TRUE(w.AddMetadata("general.architecture", "llama").ok());
+    ASSERT_TRUE(w.AddMetadata("u8", uint8_t{7}).ok());
+    ASSERT_TRUE(w.AddMetadata("i32_pos", int32_t{30}).ok());
+    ASSERT_TRUE(w.AddMetadata("i32_neg", int32_t{-1}).ok());
+    ASSERT_TRUE(w.AddMetadata("u64_big", uint64_t{1} << 40).ok());
+    ASSERT_TRUE(w.AddMetadata("u32", uint32_t{4000000000u}).ok());
+    ASSERT_TRUE(w.AddMetadata("f32", 0.5f).ok());
+    ASSERT_TRUE(w.AddMetadata("f64", 0.25).ok());
+    ASSERT_TRUE(w.AddMetadata("flag", true).ok());
+    ASSERT_TRUE(w.AddMetadata("name", "SmolLM2").ok());
+    ASSERT_TRUE(
+        w.AddMetadata("tokens", GgufValue::ArrayOf(std::vector<std::string>{
+                                    "<|im_start|>", "a", "b"}))
+            .ok());
+    ASSERT_TRUE(w.AddMetadata("scores", GgufValue::ArrayOf(std::vector<float>{
+                                            -1.0f, 0.0f, 2.5f}))
+                    .ok());
+    ASSERT_TRUE(w.AddMetadata("ids_u8",
+                              GgufValue::ArrayOf(std::vector<uint8_t>{1, 2, 3}))
+                    .ok());
+    ASSERT_TRUE(w.AddMetadata("ids_i32",
+                              GgufValue::ArrayOf(std::vector<int32_t>{-1, 4}))
+                    .ok());
+    ASSERT_TRUE(
+        w.AddMetadata("ids_u64_big", GgufValue::ArrayOf(std::vector<uint64_t>{
+                                         1, uint64_t{1} << 40}))
+            .ok());
+    path_ = TempPath("getters.gguf");
+    ASSERT_TRUE(w.WriteFile(path_).ok());
+    auto file = GgufFile::Open(path_);
+    ASSERT_TRUE(file.ok()) << file.status();
+    file_ = std::move(*file);
+  }
+
+  std::string path_;
+  std::unique_ptr<GgufFile> file_;
+};
+
+TEST_F(GgufGetterTest, Values) {
+  const GgufFile& f = *file_;
+  EXPECT_EQ(*f.architecture(), "llama");
+  EXPECT_EQ(*f.GetU32("u8"), 7u);
+  EXPECT_EQ(*f.GetU32("i32_pos"), 30u);
+  EXPECT_EQ(*f.GetU64("i32_pos"), 30u);
+  EXPECT_EQ(*f.GetI32("u8"), 7);
+  EXPECT_EQ(*f.GetI32("i32_neg"), -1);
+  EXPECT_EQ(*f.GetI64("i32_neg"), -1);
+  EXPECT_EQ(*f.GetU64("u64_big"), uint64_t{1} << 40);
+  EXPECT_EQ(*f.GetU32("u32"), 4000000000u);
+  EXPECT_EQ(*f.GetF32("f32"), 0.5f);
+  EXPECT_EQ(*f.GetF32("f64"), 0.25f);
+  EXPECT_TRUE(*f.GetBool("flag"));
+  EXPECT_EQ(*f.GetString("name"), "SmolLM2");
+  EXPECT_EQ(*f.GetStringArray("tokens"),
+            (std::vector<std::string>{"<|im_start|>", "a", "b"}));
+  EXPECT_EQ(*f.GetF32Array("scores"), (std::vector<float>{-1.0f, 0.0f, 2.5f}));
+  EXPECT_EQ(*f.GetI32Array("ids_u8"), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(*f.GetI32Array("ids_i32"), (std::vector<int32_t>{-1, 4}));
+  absl::StatusOr<const GgufArray*> tokens = f.GetArray("tokens");
+  ASSERT_TRUE(tokens.ok());
+  ASSERT_NE((*tokens)->get_if<std::string>(), nullptr);
+  EXPECT_EQ((*tokens)->get_if<std::string>()->at(0), "<|im_start|>");
+  absl::StatusOr<const GgufValue*> v = f.GetMetadata("name");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*(*v)->string(), "SmolLM2");
+}
+
+TEST_F(GgufGetterTest, Errors) {
+  const GgufFile& f = *file_;
+  absl::StatusOr<uint32_t> missing = f.GetU32("llama.block_count");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  ExpectError(missing, {"key llama.block_count missing", path_});
+  ExpectError(f.GetMetadata("nope"), {"key nope missing"});
+  ExpectError(f.GetU32("name"),
+              {"key name has type string, expected uint32", path_});
+  ExpectError(f.GetU32("i32_neg"), {"i32_neg", "does not fit", "uint32"});
+  ExpectError(f.GetU32("u64_big"), {"does not fit", "uint32"});
+  ExpectError(f.GetI32("u32"), {"does not fit", "int32"});
+  ExpectError(f.GetU32("flag"), {"key flag has type bool, expected uint32"});
+  ExpectError(f.GetU32("f32"), {"has type float32"});
+  ExpectError(f.GetF32("u8"), {"key u8 has type uint8, expected float32"});
+  ExpectError(f.GetBool("u8"), {"expected bool"});
+  ExpectError(f.GetArray("u8"), {"key u8 has type uint8, expected array"});
+  ExpectError(f.GetString("u8"), {"key u8 has type uint8, expected string"});
+  ExpectError(f.GetStringArray("scores"),
+              {"key scores has type array[float32], expected array[string]"});
+  ExpectError(f.GetStringArray("name"),
+              {"has type string, expected array[string]"});
+  ExpectError(f.GetF32Array("tokens"),
+              {"has type array[string], expected array[float32]"});
+  ExpectError(f.GetI32Array("scores"), {"expected array[int32]"});
+  ExpectError(f.GetI32Array("ids_u64_big"),
+              {"ids_u64_big", "element 1", "does not fit in int32"});
+}
+
+TEST_F(GgufGetterTest, FindTensorMissing) {
+  absl::StatusOr<const GgufTensorInfo*> t =
+      file_->FindTensor("token_embd.weight");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kNotFound);
+  ExpectError(t, {"tensor token_embd.weight not found in", path_});
+}
+
+// ---------------------------------------------------------------------------
+// Malformed files.
+
+// A small valid file with metadata of several kinds (including a string
+// array and a nested array) and two tensors. The last tensor's size is a
+// multiple of the alignment, so the file ends exactly where its data ends
+// and every strict prefix is invalid.
+std::string SmallValidFile() {
+  auto writer = GgufWriter::Create();
+  EXPECT_TRUE(writer.ok());
+  GgufWriter& w = **writer;
+  EXPECT_TRUE(w.AddMetadata("general.architecture", "llama").ok());
+  EXPECT_TRUE(w.AddMetadata("llama.block_count", 2u).ok());
+  EXPECT_TRUE(w.AddMetadata("f", 1.0f).ok());
+  EXPECT_TRUE(
+      w.AddMetadata("tokens",
+                    GgufValue::ArrayOf(std::vector<std::string>{"a", "bc", ""}))
+          .ok());
+  EXPECT_TRUE(
+      w.AddMetadata("nested", GgufValue::ArrayOf(std::vector<GgufArray>{
+                                  GgufArray(std::vector<int16_t>{1}),
+                                  GgufArray(std::vector<std::string>{"x"})}))
+          .ok());
+  EXPECT_TRUE(
+      w.AddTensor("q", {32, 2}, GgmlType::kQ4_1, RandomBytes(40, 1)).ok());
+  EXPECT_TRUE(
+      w.AddTensor("w", {8, 2}, GgmlType::kF32, RandomBytes(64, 2)).ok());
+  return w.Serialize();
+}
+
+TEST(GgufErrorTest, EveryTruncationFails) {
+  const std::string full = SmallValidFile();
+  ASSERT_TRUE(OpenBytes("full.gguf", full).ok());
+  const std::string path = TempPath("prefix.gguf");
+  for (size_t n = 0; n < full.size(); ++n) {
+    SCOPED_TRACE(absl::StrCat("prefix length ", n, " of ", full.size()));
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(full.data(), static_cast<std::streamsize>(n));
+    }
+    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+    ASSERT_FALSE(file.ok());
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(file.status().message());
+    EXPECT_THAT(message, HasSubstr(path));
+    EXPECT_TRUE(message.find("truncated") != std::string::npos ||
+                message.find("past end of file") != std::string::npos ||
+                message.find("impossible") != std::string::npos)
+        << message;
+  }
+}
+
+// Random byte corruption must give either an error or a consistent file,
+// never a crash or an out-of-bounds read (run under ASan to see the latter).
+TEST(GgufErrorTest, RandomCorruptionNeverCrashes) {
+  const std::string full = SmallValidFile();
+  const std::string path = TempPath("corrupt.gguf");
+  std::mt19937 rng(12345);
+  int opened = 0;
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string bytes = full;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < flips; ++i) {
+      // Mostly hit the header/metadata/tensor-info part, where parsing is.
+      const size_t limit = (rng() % 4 == 0) ? bytes.size() : 200;
+      bytes[rng() % std::min(limit, bytes.size())] =
+          static_cast<char>(rng() % 4 == 0 ? 0xff : rng());
+    }
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+    if (!file.ok()) {
+      EXPECT_THAT(std::string(file.status().message()), HasSubstr(path));
+      continue;
+    }
+    ++opened;
+    for (const GgufTensorInfo& t : (*file)->tensors()) {
+      ASSERT_LE(t.file_offset + t.n_bytes, (*file)->file_size());
+      if (t.n_bytes > 0) {
+        volatile uint8_t last = t.data[t.n_bytes - 1];
+        (void)last;
+      }
+    }
+  }
+  EXPECT_GT(opened, 0);  // some flips only change values, not structure
+}
+
+TEST(GgufErrorTest, BadMagic) {
+  RawGguf g;
+  g.Magic("GGML").U32(3).U64(0).U64(0);
+  ExpectError(OpenBytes("magic.gguf", g.bytes()), {"bad magic", "GGML"});
+}
+
+TEST(GgufErrorTest, Version1Refused) {
+  RawGguf g;
+  g.Header(1, 0, 0);
+  ExpectError(OpenBytes("v1.gguf", g.bytes()),
+              {"unsupported GGUF version 1", "versions 2 and 3"});
+}
+
+TEST(GgufErrorTest, OtherVersionsRefused) {
+  RawGguf v4;
+  v4.Header(4, 0, 0);
+  ExpectError(OpenBytes("v4.gguf", v4.bytes()), {"unsupported GGUF version 4"});
+  RawGguf big_endian;
+  big_endian.Header(0x03000000, 0, 0);
+  ExpectError(OpenBytes("be.gguf", big_endian.bytes()), {"big-endian"});
+}
+
+TEST(GgufErrorTest, Version2Accepted) {
+  RawGguf g;
+  g.Header(2, 0, 1).Key("general.architecture", kTypeString).Str("llama");
+  auto file = OpenBytes("v2.gguf", g.bytes());
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->version(), 2u);
+  EXPECT_EQ(*(*file)->architecture(), "llama");
+}
+
+TEST(GgufErrorTest, UnknownMetadataType) {
+  RawGguf g;
+  g.Header(3, 0, 1).Key("weird.key", 13).U32(0);
+  ExpectError(OpenBytes("mtype.gguf", g.bytes()),
+              {"weird.key", "unknown metadata value type id 13"});
+}
+
+TEST(GgufErrorTest, UnknownArrayElementType) {
+  RawGguf g;
+  g.Header(3, 0, 1).Key("arr", kTypeArray).U32(77).U64(1).U32(0);
+  ExpectError(OpenBytes("atype.gguf", g.bytes()),
+              {"arr", "unknown metadata value type id 77"});
+}
+
+TEST(GgufErrorTest, UnknownTensorType) {
+  RawGguf g;
+  g.Header(3, 1, 0).Tensor("blk.0.w", {4}, 99, 0).PadTo(32).Zeros(32);
+  ExpectError(OpenBytes("ttype.gguf", g.bytes()),
+              {"blk.0.w", "unknown ggml type id 99"});
+  RawGguf iq;
+  iq.Header(3, 1, 0).Tensor("blk.0.w", {256}, 16, 0).PadTo(32).Zeros(256);
+  ExpectError(OpenBytes("ttype_iq.gguf", iq.bytes()),
+              {"blk.0.w", "unsupported ggml type iq2_xxs"});
+}
+
+TEST(GgufErrorTest, TensorPastEndOfFile) {
+  RawGguf g;
+  // 16 f32 = 64 bytes declared, only 32 present.
+  g.Header(3, 1, 0).Tensor("big", {16}, kGgmlF32, 0).PadTo(32).Zeros(32);
+  ExpectError(OpenBytes("pastend.gguf", g.bytes()),
+              {"tensor 'big'", "past end of file"});
+  RawGguf far;
+  far.Header(3, 1, 0)
+      .Tensor("far", {1}, kGgmlF32, uint64_t{1} << 62)
+      .PadTo(32)
+      .Zeros(32);
+  ExpectError(OpenBytes("far.gguf", far.bytes()),
+              {"tensor 'far'", "past end of file"});
+}
+
+TEST(GgufErrorTest, MisalignedTensorOffset) {
+  RawGguf g;
+  g.Header(3, 1, 0).Tensor("t", {1}, kGgmlF32, 4).PadTo(32).Zeros(64);
+  ExpectError(OpenBytes("misaligned.gguf", g.bytes()),
+              {"tensor 't'", "offset 4", "not a multiple of the alignment 32"});
+}
+
+TEST(GgufErrorTest, DuplicateTensorName) {
+  RawGguf g;
+  g.Header(3, 2, 0)
+      .Tensor("t", {8}, kGgmlF32, 0)
+      .Tensor("t", {8}, kGgmlF32, 32)
+      .PadTo(32)
+      .Zeros(64);
+  ExpectError(OpenBytes("duptensor.gguf", g.bytes()),
+              {"duplicate tensor name 't'"});
+}
+
+TEST(GgufErrorTest, OverlappingTensors) {
+  RawGguf g;
+  g.Header(3, 2, 0)
+      .Tensor("a", {16}, kGgmlF32, 0)
+      .Tensor("b", {8}, kGgmlF32, 32)
+      .PadTo(32)
+      .Zeros(64);
+  ExpectError(OpenBytes("overlap.gguf", g.bytes()), {"'a'", "'b'", "overlap"});
+}
+
+TEST(GgufErrorTest, DuplicateMetadataKey) {
+  RawGguf g;
+  g.Header(3, 0, 2).Key("k", kTypeU32).U32(1).Key("k", kTypeU32).U32(2);
+  ExpectError(OpenBytes("dupkey.gguf", g.bytes()),
+              {"duplicate metadata key 'k'"});
+}
+
+TEST(GgufErrorTest, ElementCountOverflow) {
+  RawGguf g;
+  g.Header(3, 1, 0)
+      .Tensor("huge", {uint64_t{1} << 32, uint64_t{1} << 32}, kGgmlF32, 0)
+      .PadTo(32);
+  ExpectError(OpenBytes("overflow.gguf", g.bytes()),
+              {"tensor 'huge'", "element count overflows"});
+  RawGguf dim;
+  dim.Header(3, 1, 0).Tensor("neg", {~uint64_t{0}}, kGgmlF32, 0).PadTo(32);
+  ExpectError(OpenBytes("negdim.gguf", dim.bytes()),
+              {"tensor 'neg'", "INT64_MAX"});
+}
+
+TEST(GgufErrorTest, BadDims) {
+  RawGguf g;
+  g.Header(3, 1, 0).Tensor("five", {1, 1, 1, 1, 1}, kGgmlF32, 0).PadTo(32);
+  ExpectError(OpenBytes("fivedims.gguf", g.bytes()),
+              {"tensor 'five'", "n_dims 5"});
+  RawGguf zero;
+  zero.Header(3, 1, 0).Tensor("zero", {}, kGgmlF32, 0).PadTo(32);
+  ExpectError(OpenBytes("zerodims.gguf", zero.bytes()),
+              {"tensor 'zero'", "n_dims 0"});
+  RawGguf rows;
+  rows.Header(3, 1, 0).Tensor("q", {16, 2}, 2, 0).PadTo(32).Zeros(64);
+  ExpectError(OpenBytes("rows.gguf", rows.bytes()),
+              {"tensor 'q'", "not a multiple of the block size 32"});
+}
+
+TEST(GgufErrorTest, AbsurdCounts) {
+  RawGguf kv;
+  kv.Header(3, 0, uint64_t{1} << 60);
+  ExpectError(OpenBytes("kvcount.gguf", kv.bytes()),
+              {"metadata key/value count", "impossible"});
+  RawGguf tensors;
+  tensors.Header(3, uint64_t{1} << 60, 0);
+  ExpectError(OpenBytes("tcount.gguf", tensors.bytes()),
+              {"tensor count", "impossible"});
+  RawGguf array;
+  array.Header(3, 0, 1)
+      .Key("arr", kTypeArray)
+      .U32(kTypeString)
+      .U64(uint64_t{1} << 58);
+  array.Zeros(64);
+  ExpectError(OpenBytes("acount.gguf", array.bytes()), {"arr", "impossible"});
+  RawGguf str;
+  str.Header(3, 0, 1).Key("s", kTypeString).U64(uint64_t{1} << 62).Zeros(8);
+  ExpectError(OpenBytes("slen.gguf", str.bytes()), {"'s'", "truncated"});
+}
+
+TEST(GgufErrorTest, ArrayNestingTooDeep) {
+  RawGguf g;
+  g.Header(3, 0, 1).Key("deep", kTypeArray);
+  for (int i = 0; i < 100; ++i) g.U32(kTypeArray).U64(1);
+  g.U32(kTypeU32).U64(0);
+  ExpectError(OpenBytes("deep.gguf", g.bytes()), {"deep", "nested"});
+}
+
+TEST(GgufErrorTest, BadAlignment) {
+  RawGguf g;
+  g.Header(3, 0, 1).Key("general.alignment", kTypeU32).U32(48);
+  ExpectError(OpenBytes("align48.gguf", g.bytes()),
+              {"general.alignment 48", "power of two"});
+  RawGguf zero;
+  zero.Header(3, 0, 1).Key("general.alignment", kTypeU32).U32(0);
+  ExpectError(OpenBytes("align0.gguf", zero.bytes()), {"general.alignment 0"});
+  RawGguf str;
+  str.Header(3, 0, 1).Key("general.alignment", kTypeString).Str("64");
+  ExpectError(OpenBytes("alignstr.gguf", str.bytes()),
+              {"general.alignment has type string"});
+}
+
+TEST(GgufErrorTest, FileProblems) {
+  const std::string missing = TempPath("does_not_exist.gguf");
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(missing);
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kNotFound);
+  ExpectError(file, {missing});
+  ExpectError(GgufFile::Open(::testing::TempDir()), {"not a regular file"});
+  ExpectError(OpenBytes("empty.gguf", ""), {"truncated"});
+}
+
+// ---------------------------------------------------------------------------
+// Writer validation.
+
+TEST(GgufWriterTest, RejectsBadInput) {
+  ExpectError(GgufWriter::Create({.alignment = 0}), {"power of two"});
+  ExpectError(GgufWriter::Create({.alignment = 48}), {"power of two"});
+  auto writer = GgufWriter::Create();
+  ASSERT_TRUE(writer.ok());
+  GgufWriter& w = **writer;
+  ASSERT_TRUE(w.AddMetadata("k", 1u).ok());
+  absl::Status dup = w.AddMetadata("k", 2u);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  ExpectError(dup, {"duplicate", "k"});
+  ExpectError(w.AddMetadata("", 1u), {"empty"});
+  ExpectError(w.AddMetadata("general.alignment", 64u), {"alignment"});
+  GgufArray deep(std::vector<uint8_t>{1});
+  for (int i = 0; i < GgufValue::kMaxArrayDepth; ++i) {
+    deep = GgufArray(std::vector<GgufArray>{deep});
+  }
+  ExpectError(w.AddMetadata("deep", deep), {"deep", "nested"});
+
+  const std::vector<uint8_t> q4 = RandomBytes(18, 3);
+  ExpectError(w.AddTensor("short", {32}, GgmlType::kQ4_0,
+                          absl::MakeConstSpan(q4.data(), 17)),
+              {"short", "need 18 bytes, got 17"});
+  ExpectError(w.AddTensor("rows", {16, 2}, GgmlType::kQ4_0, q4),
+              {"rows", "block size 32"});
+  ExpectError(w.AddTensor("", {32}, GgmlType::kQ4_0, q4), {"empty"});
+  ExpectError(w.AddTensor(std::string(64, 'n'), {32}, GgmlType::kQ4_0, q4),
+              {"at most 63"});
+  ExpectError(w.AddTensor("nodims", {}, GgmlType::kQ4_0, q4), {"0 dims"});
+  ExpectError(w.AddTensor("five", {32, 1, 1, 1, 1}, GgmlType::kQ4_0, q4),
+              {"5 dims"});
+  ExpectError(w.AddTensor("type", {32}, static_cast<GgmlType>(99), q4),
+              {"unknown ggml type id 99"});
+  ExpectError(w.AddTensor("ovf", {uint64_t{1} << 40, uint64_t{1} << 40},
+                          GgmlType::kF32, q4),
+              {"overflows"});
+  ASSERT_TRUE(w.AddTensor("ok", {32}, GgmlType::kQ4_0, q4).ok());
+  absl::Status dup_tensor = w.AddTensor("ok", {32}, GgmlType::kQ4_0, q4);
+  EXPECT_EQ(dup_tensor.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(w.tensor_count(), 1u);
+  EXPECT_EQ(w.metadata_count(), 1u);
+  ExpectError(w.WriteFile("/nonexistent_dir_pdserve/x.gguf"),
+              {"/nonexistent_dir_pdserve/x.gguf"});
+}
+
+// ---------------------------------------------------------------------------
+// The real default model, when available.
+
+TEST(GgufRealModelTest, SmolLM2) {
+  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
+  if (path == nullptr || ::access(path, R_OK) != 0) {
+    GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set or not readable";
+  }
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const GgufFile& f = **file;
+  EXPECT_EQ(*f.architecture(), "llama");
+  EXPECT_EQ(*f.GetU32("llama.block_count"), 30u);
+  EXPECT_EQ(*f.GetU32("llama.embedding_length"), 576u);
+  EXPECT_EQ(*f.GetU32("llama.attention.head_count"), 9u);
+  EXPECT_EQ(*f.GetU32("llama.attention.head_count_kv"), 3u);
+  absl::StatusOr<std::vector<std::string>> tokens =
+      f.GetStringArray("tokenizer.ggml.tokens");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(tokens->size(), 49152u);
+  EXPECT_EQ(*f.GetString("tokenizer.ggml.model"), "gpt2");
+  // 30 blocks x 9 tensors + token_embd + output_norm.
+  EXPECT_EQ(f.tensors().size(), 272u);
+  absl::StatusOr<const GgufTensorInfo*> embd =
+      f.FindTensor("token_embd.weight");
+  ASSERT_TRUE(embd.ok()) << embd.status();
+  EXPECT_EQ((*embd)->dims, (std::vector<uint64_t>{576, 49152}));
+  EXPECT_EQ((*embd)->type, GgmlType::kQ8_0);
+  EXPECT_EQ(*f.GetU32("llama.context_length"), 8192u);
+  EXPECT_EQ(*f.GetF32("llama.rope.freq_base"), 100000.0f);
+  EXPECT_EQ(*f.GetU32("tokenizer.ggml.bos_token_id"), 1u);
+  EXPECT_EQ(*f.GetU32("tokenizer.ggml.eos_token_id"), 2u);
+  // Tied embeddings: no separate output.weight.
+  EXPECT_FALSE(f.FindTensor("output.weight").ok());
+  for (const GgufTensorInfo& t : f.tensors()) {
+    EXPECT_LE(t.file_offset + t.n_bytes, f.file_size()) << t.name;
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::model

@@ -1,0 +1,139 @@
+#include "router/worker_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdserve::router {
+
+absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(
+    const WorkerRegistryOptions& options) {
+  if (options.lease_duration <= absl::ZeroDuration() ||
+      options.heartbeat_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease and heartbeat must be positive");
+  }
+  if (options.heartbeat_interval * 2 > options.lease_duration) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat interval ", absl::FormatDuration(options.heartbeat_interval),
+        " must be at most half the lease ",
+        absl::FormatDuration(options.lease_duration),
+        ", or one late heartbeat drops a healthy worker"));
+  }
+  return std::unique_ptr<WorkerRegistry>(new WorkerRegistry(options));
+}
+
+absl::StatusOr<Lease> WorkerRegistry::Register(
+    const WorkerRegistration& registration, absl::Time now) {
+  if (registration.worker_id.empty()) {
+    return absl::InvalidArgumentError("register: worker_id is empty");
+  }
+  if (registration.address.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register ", registration.worker_id, ": grpc_address is empty"));
+  }
+  if (registration.role == v1::WORKER_ROLE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register ", registration.worker_id, ": role is unset"));
+  }
+  absl::MutexLock lock(&mutex_);
+  // A restarted worker replaces its previous incarnation.
+  if (auto old = workers_.find(registration.worker_id); old != workers_.end()) {
+    leases_.erase(old->second.lease_id);
+    workers_.erase(old);
+  }
+  WorkerRecord record;
+  record.registration = registration;
+  record.lease_id = absl::StrCat(registration.worker_id, "/", next_lease_++);
+  record.registered_at = now;
+  record.last_heartbeat = now;
+  record.lease_expiry = now + options_.lease_duration;
+  leases_[record.lease_id] = registration.worker_id;
+  Lease lease{record.lease_id, options_.lease_duration,
+              options_.heartbeat_interval};
+  workers_[registration.worker_id] = std::move(record);
+  return lease;
+}
+
+absl::StatusOr<HeartbeatReply> WorkerRegistry::Heartbeat(
+    const std::string& lease_id, const HeartbeatReport& report,
+    absl::Time now) {
+  absl::MutexLock lock(&mutex_);
+  ExpireLeasesLocked(now);
+  auto lease = leases_.find(lease_id);
+  if (lease == leases_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("lease ", lease_id, " is unknown or expired; register"));
+  }
+  WorkerRecord& record = workers_.at(lease->second);
+  record.state = report.state;
+  record.load = report.load;
+  record.inflight_requests = report.inflight_requests;
+  record.last_heartbeat = now;
+  record.lease_expiry = now + options_.lease_duration;
+  HeartbeatReply reply;
+  reply.drain = std::exchange(record.pending_drain, std::nullopt);
+  return reply;
+}
+
+absl::Status WorkerRegistry::Deregister(const std::string& lease_id) {
+  absl::MutexLock lock(&mutex_);
+  auto lease = leases_.find(lease_id);
+  if (lease == leases_.end()) {
+    return absl::NotFoundError(absl::StrCat("lease ", lease_id, " is unknown"));
+  }
+  workers_.erase(lease->second);
+  leases_.erase(lease);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::RequestDrain(const std::string& worker_id,
+                                          absl::Duration deadline) {
+  absl::MutexLock lock(&mutex_);
+  auto worker = workers_.find(worker_id);
+  if (worker == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("no worker ", worker_id));
+  }
+  worker->second.pending_drain = deadline;
+  return absl::OkStatus();
+}
+
+std::vector<std::string> WorkerRegistry::ExpireLeases(absl::Time now) {
+  absl::MutexLock lock(&mutex_);
+  return ExpireLeasesLocked(now);
+}
+
+std::vector<std::string> WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
+  std::vector<std::string> expired;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (it->second.lease_expiry <= now) {
+      expired.push_back(it->first);
+      leases_.erase(it->second.lease_id);
+      workers_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(expired.begin(), expired.end());
+  return expired;
+}
+
+std::vector<WorkerRecord> WorkerRegistry::List(absl::Time now,
+                                               v1::WorkerRole role) {
+  absl::MutexLock lock(&mutex_);
+  ExpireLeasesLocked(now);
+  std::vector<WorkerRecord> result;
+  for (const auto& [id, record] : workers_) {
+    if (role == v1::WORKER_ROLE_UNSPECIFIED ||
+        record.registration.role == role) {
+      result.push_back(record);
+    }
+  }
+  std::sort(result.begin(), result.end(),
+            [](const WorkerRecord& a, const WorkerRecord& b) {
+              return a.registration.worker_id < b.registration.worker_id;
+            });
+  return result;
+}
+
+}  // namespace pdserve::router

@@ -1,0 +1,133 @@
+// WorkerRegistry: the router's view of which workers exist and how loaded
+// they are.
+//
+// Workers register, then heartbeat within their lease; a worker whose lease
+// runs out is dropped (it crashed, hung or lost the network), so routing never
+// picks it. Re-registering under the same worker_id (a restarted process)
+// replaces the old entry and invalidates its lease. Drain requests queue a
+// command that the worker receives with its next heartbeat.
+//
+// Time is passed in by the caller (`now`) rather than read from a clock, so
+// lease expiry is deterministic in tests and the registry has no thread.
+//
+// This is a core library: it uses the message types of proto/common.proto
+// but no gRPC. Thread-safe: all methods may be called concurrently.
+#ifndef PDSERVE_ROUTER_WORKER_REGISTRY_H_
+#define PDSERVE_ROUTER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/common.pb.h"
+
+namespace pdserve::router {
+
+// What a worker says about itself when it registers.
+struct WorkerRegistration {
+  std::string worker_id;    // Stable name, e.g. "decode-0".
+  std::string instance_id;  // Unique per process start.
+  v1::WorkerRole role = v1::WORKER_ROLE_UNSPECIFIED;
+  std::string address;  // host:port of its gRPC server.
+  v1::ModelInfo model;
+  std::vector<v1::TransportKind> transports;
+  std::string version;
+};
+
+// The registry's record of one live worker.
+struct WorkerRecord {
+  WorkerRegistration registration;
+  std::string lease_id;
+  v1::WorkerState state = v1::WORKER_STATE_STARTING;
+  v1::WorkerLoad load;
+  uint32_t inflight_requests = 0;
+  absl::Time registered_at;
+  absl::Time last_heartbeat;
+  absl::Time lease_expiry;
+  // Set by RequestDrain; delivered (once) with the next heartbeat.
+  std::optional<absl::Duration> pending_drain;
+};
+
+struct Lease {
+  std::string lease_id;
+  absl::Duration duration;
+  absl::Duration heartbeat_interval;
+};
+
+// What a heartbeat carries in and what the worker must do afterwards.
+struct HeartbeatReport {
+  v1::WorkerState state = v1::WORKER_STATE_SERVING;
+  v1::WorkerLoad load;
+  uint32_t inflight_requests = 0;
+};
+struct HeartbeatReply {
+  // When set, the worker must stop taking new work and finish in-flight work
+  // within this time.
+  std::optional<absl::Duration> drain;
+};
+
+struct WorkerRegistryOptions {
+  // A worker silent for this long is removed.
+  absl::Duration lease_duration = absl::Seconds(3);
+  // How often workers are told to heartbeat; must be well below the lease.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+};
+
+class WorkerRegistry {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(
+      const WorkerRegistryOptions& options);
+
+  // INVALID_ARGUMENT for a missing worker_id, address or role.
+  absl::StatusOr<Lease> Register(const WorkerRegistration& registration,
+                                 absl::Time now);
+
+  // NOT_FOUND when the lease is unknown or expired: the worker must
+  // register again.
+  absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& lease_id,
+                                           const HeartbeatReport& report,
+                                           absl::Time now);
+
+  // NOT_FOUND when the lease is unknown (already gone is not an error to
+  // the caller, but it is reported).
+  absl::Status Deregister(const std::string& lease_id);
+
+  // Asks a worker to drain; NOT_FOUND for an unknown worker id.
+  absl::Status RequestDrain(const std::string& worker_id,
+                            absl::Duration deadline);
+
+  // Removes workers whose lease ran out by `now`; returns their ids.
+  std::vector<std::string> ExpireLeases(absl::Time now);
+
+  // Live workers (after expiring leases at `now`), ordered by worker id;
+  // WORKER_ROLE_UNSPECIFIED selects every role.
+  std::vector<WorkerRecord> List(absl::Time now, v1::WorkerRole role);
+
+ private:
+  explicit WorkerRegistry(const WorkerRegistryOptions& options)
+      : options_(options) {}
+
+  std::vector<std::string> ExpireLeasesLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  const WorkerRegistryOptions options_;
+  absl::Mutex mutex_;
+  // Keyed by worker_id.
+  absl::flat_hash_map<std::string, WorkerRecord> workers_
+      ABSL_GUARDED_BY(mutex_);
+  // lease_id -> worker_id.
+  absl::flat_hash_map<std::string, std::string> leases_ ABSL_GUARDED_BY(mutex_);
+  uint64_t next_lease_ ABSL_GUARDED_BY(mutex_) = 1;
+};
+
+}  // namespace pdserve::router
+
+#endif  // PDSERVE_ROUTER_WORKER_REGISTRY_H_

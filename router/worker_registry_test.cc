@@ -1,0 +1,151 @@
+#include "router/worker_registry.h"
+
+#include "gtest/gtest.h"
+
+namespace pdserve::router {
+namespace {
+
+const absl::Time kStart = absl::FromUnixSeconds(1'000'000);
+
+WorkerRegistration Worker(const std::string& id, v1::WorkerRole role) {
+  WorkerRegistration r;
+  r.worker_id = id;
+  r.instance_id = id + "-instance";
+  r.role = role;
+  r.address = "127.0.0.1:5000";
+  return r;
+}
+
+std::unique_ptr<WorkerRegistry> MakeRegistry() {
+  WorkerRegistryOptions options;
+  options.lease_duration = absl::Seconds(3);
+  options.heartbeat_interval = absl::Milliseconds(500);
+  return *WorkerRegistry::Create(options);
+}
+
+std::vector<std::string> Ids(const std::vector<WorkerRecord>& records) {
+  std::vector<std::string> ids;
+  for (const auto& r : records) ids.push_back(r.registration.worker_id);
+  return ids;
+}
+
+TEST(WorkerRegistryTest, RejectsHeartbeatTooCloseToLease) {
+  WorkerRegistryOptions options;
+  options.lease_duration = absl::Seconds(1);
+  options.heartbeat_interval = absl::Milliseconds(600);
+  EXPECT_EQ(WorkerRegistry::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WorkerRegistryTest, RegisterValidatesAndListsByRole) {
+  auto registry = MakeRegistry();
+  EXPECT_EQ(registry->Register(Worker("", v1::WORKER_ROLE_DECODE), kStart)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry->Register(Worker("x", v1::WORKER_ROLE_UNSPECIFIED), kStart)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+
+  auto lease =
+      registry->Register(Worker("prefill-0", v1::WORKER_ROLE_PREFILL), kStart);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->duration, absl::Seconds(3));
+  EXPECT_EQ(lease->heartbeat_interval, absl::Milliseconds(500));
+  ASSERT_TRUE(
+      registry->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart)
+          .ok());
+
+  EXPECT_EQ(Ids(registry->List(kStart, v1::WORKER_ROLE_UNSPECIFIED)),
+            (std::vector<std::string>{"decode-0", "prefill-0"}));
+  EXPECT_EQ(Ids(registry->List(kStart, v1::WORKER_ROLE_DECODE)),
+            (std::vector<std::string>{"decode-0"}));
+  const auto records = registry->List(kStart, v1::WORKER_ROLE_PREFILL);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].state, v1::WORKER_STATE_STARTING);
+}
+
+TEST(WorkerRegistryTest, HeartbeatsKeepTheLeaseAndSilenceExpiresIt) {
+  auto registry = MakeRegistry();
+  auto lease =
+      *registry->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart);
+  HeartbeatReport report;
+  report.state = v1::WORKER_STATE_SERVING;
+  report.load.set_free_kv_blocks(100);
+  report.load.set_total_kv_blocks(128);
+  // Ten heartbeats 2 s apart: each within the 3 s lease.
+  absl::Time now = kStart;
+  for (int i = 0; i < 10; ++i) {
+    now += absl::Seconds(2);
+    ASSERT_TRUE(registry->Heartbeat(lease.lease_id, report, now).ok()) << i;
+  }
+  auto records = registry->List(now, v1::WORKER_ROLE_UNSPECIFIED);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].state, v1::WORKER_STATE_SERVING);
+  EXPECT_EQ(records[0].load.free_kv_blocks(), 100u);
+
+  // Just before the lease ends the worker is still there; at the end it goes.
+  EXPECT_EQ(
+      registry
+          ->List(now + absl::Milliseconds(2999), v1::WORKER_ROLE_UNSPECIFIED)
+          .size(),
+      1u);
+  EXPECT_EQ(registry->ExpireLeases(now + absl::Seconds(3)),
+            (std::vector<std::string>{"decode-0"}));
+  EXPECT_TRUE(
+      registry->List(now + absl::Seconds(3), v1::WORKER_ROLE_UNSPECIFIED)
+          .empty());
+  // A heartbeat on the expired lease tells the worker to register again.
+  EXPECT_EQ(registry->Heartbeat(lease.lease_id, report, now + absl::Seconds(4))
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(WorkerRegistryTest, ReRegisteringReplacesTheOldInstance) {
+  auto registry = MakeRegistry();
+  auto old_lease =
+      *registry->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart);
+  WorkerRegistration restarted = Worker("decode-0", v1::WORKER_ROLE_DECODE);
+  restarted.address = "127.0.0.1:6000";
+  auto new_lease = *registry->Register(restarted, kStart + absl::Seconds(1));
+  EXPECT_NE(old_lease.lease_id, new_lease.lease_id);
+  EXPECT_EQ(
+      registry->Heartbeat(old_lease.lease_id, {}, kStart + absl::Seconds(1))
+          .status()
+          .code(),
+      absl::StatusCode::kNotFound);
+  const auto records =
+      registry->List(kStart + absl::Seconds(1), v1::WORKER_ROLE_UNSPECIFIED);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].registration.address, "127.0.0.1:6000");
+}
+
+TEST(WorkerRegistryTest, DrainIsDeliveredOnceWithTheNextHeartbeat) {
+  auto registry = MakeRegistry();
+  auto lease =
+      *registry->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart);
+  EXPECT_EQ(registry->RequestDrain("nobody", absl::Seconds(30)).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(registry->RequestDrain("decode-0", absl::Seconds(30)).ok());
+  auto reply = registry->Heartbeat(lease.lease_id, {}, kStart);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->drain, absl::Seconds(30));
+  reply = registry->Heartbeat(lease.lease_id, {}, kStart);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_FALSE(reply->drain.has_value());
+}
+
+TEST(WorkerRegistryTest, DeregisterRemovesAtOnce) {
+  auto registry = MakeRegistry();
+  auto lease =
+      *registry->Register(Worker("prefill-0", v1::WORKER_ROLE_PREFILL), kStart);
+  ASSERT_TRUE(registry->Deregister(lease.lease_id).ok());
+  EXPECT_TRUE(registry->List(kStart, v1::WORKER_ROLE_UNSPECIFIED).empty());
+  EXPECT_EQ(registry->Deregister(lease.lease_id).code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace pdserve::router

@@ -1,0 +1,162 @@
+#include "rpc/membership_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/log.h"
+#include "grpcpp/grpcpp.h"
+#include "rpc/status_conversion.h"
+
+namespace pdserve::rpc {
+namespace {
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(timeout));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Start(
+    MembershipClientOptions options) {
+  if (options.router_address.empty()) {
+    return absl::InvalidArgumentError("membership: router address is empty");
+  }
+  if (!options.report_status || !options.on_drain) {
+    return absl::InvalidArgumentError("membership: callbacks are required");
+  }
+  auto client = std::unique_ptr<MembershipClient>(
+      new MembershipClient(std::move(options)));
+  client->thread_ = std::thread([c = client.get()] { c->Loop(); });
+  return client;
+}
+
+MembershipClient::MembershipClient(MembershipClientOptions options)
+    : options_(std::move(options)),
+      stub_(v1::Membership::NewStub(grpc::CreateChannel(
+          options_.router_address, grpc::InsecureChannelCredentials()))) {}
+
+MembershipClient::~MembershipClient() { Stop("shutdown"); }
+
+bool MembershipClient::registered() {
+  absl::MutexLock lock(&mutex_);
+  return !lease_id_.empty();
+}
+
+void MembershipClient::Stop(const std::string& reason) {
+  std::string lease_id;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+    lease_id = lease_id_;
+  }
+  if (thread_.joinable()) thread_.join();
+  if (lease_id.empty()) return;
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.rpc_timeout);
+  v1::DeregisterRequest request;
+  request.set_lease_id(lease_id);
+  request.set_worker_id(options_.registration.worker_id());
+  request.set_reason(reason);
+  v1::DeregisterResponse response;
+  const grpc::Status status = stub_->Deregister(&context, request, &response);
+  if (!status.ok()) {
+    PD_LOG(WARNING) << "deregister failed (the lease will expire instead): "
+                    << FromGrpcStatus(status);
+  }
+}
+
+void MembershipClient::Loop() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  bool reported_unreachable = false;
+  while (true) {
+    absl::Duration wait;
+    bool have_lease;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (stopping_) return;
+      have_lease = !lease_id_.empty();
+    }
+    if (!have_lease) {
+      if (TryRegister()) {
+        backoff = absl::Milliseconds(100);
+        reported_unreachable = false;
+        continue;  // Heartbeat right away: report state promptly.
+      }
+      if (!reported_unreachable) {
+        PD_LOG(WARNING) << "router " << options_.router_address
+                        << " not reachable; retrying";
+        reported_unreachable = true;
+      }
+      wait = backoff;
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+    } else {
+      SendHeartbeat();
+      absl::MutexLock lock(&mutex_);
+      wait = heartbeat_interval_;
+    }
+    // Sleep, but wake at once on Stop().
+    absl::MutexLock lock(&mutex_);
+    mutex_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+  }
+}
+
+bool MembershipClient::TryRegister() {
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.rpc_timeout);
+  v1::RegisterResponse response;
+  const grpc::Status status =
+      stub_->Register(&context, options_.registration, &response);
+  if (!status.ok()) {
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      PD_LOG(ERROR) << "router refused registration: "
+                    << FromGrpcStatus(status);
+    }
+    return false;
+  }
+  PD_LOG(INFO) << "registered with router " << options_.router_address
+               << " (lease " << response.lease_id() << ", "
+               << response.lease_duration_ms() << " ms)";
+  absl::MutexLock lock(&mutex_);
+  lease_id_ = response.lease_id();
+  heartbeat_interval_ = absl::Milliseconds(
+      std::max<uint32_t>(response.heartbeat_interval_ms(), 10));
+  return true;
+}
+
+void MembershipClient::SendHeartbeat() {
+  const WorkerStatusReport report = options_.report_status();
+  v1::HeartbeatRequest request;
+  {
+    absl::MutexLock lock(&mutex_);
+    request.set_lease_id(lease_id_);
+  }
+  request.set_worker_id(options_.registration.worker_id());
+  request.set_state(report.state);
+  *request.mutable_load() = report.load;
+  request.set_inflight_requests(report.inflight_requests);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.rpc_timeout);
+  v1::HeartbeatResponse response;
+  const grpc::Status status = stub_->Heartbeat(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    PD_LOG(WARNING) << "router forgot our lease; registering again";
+    absl::MutexLock lock(&mutex_);
+    lease_id_.clear();
+    return;
+  }
+  if (!status.ok()) {
+    PD_LOG(WARNING) << "heartbeat failed: " << FromGrpcStatus(status);
+    return;
+  }
+  for (const v1::WorkerCommand& command : response.commands()) {
+    if (command.kind() == v1::WorkerCommand::KIND_DRAIN) {
+      options_.on_drain(absl::Milliseconds(command.drain_deadline_ms()));
+    }
+  }
+}
+
+}  // namespace pdserve::rpc

@@ -1,0 +1,161 @@
+#include "rpc/worker_process.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/termination_signal.h"
+#include "rpc/membership_client.h"
+#include "rpc/server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "host:port for the worker's gRPC server (port 0 picks a free port)");
+ABSL_FLAG(std::string, router, "127.0.0.1:50050",
+          "router address to register with; empty runs standalone");
+ABSL_FLAG(std::string, worker_id, "",
+          "stable worker name (default: ROLE-HOST-PID)");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, the bound port is written here once serving");
+ABSL_FLAG(int32_t, drain_timeout_ms, 30000,
+          "on SIGTERM, how long in-flight work may take before exiting");
+
+namespace pdserve::rpc {
+namespace {
+
+const char* RoleName(v1::WorkerRole role) {
+  switch (role) {
+    case v1::WORKER_ROLE_PREFILL:
+      return "prefill";
+    case v1::WORKER_ROLE_DECODE:
+      return "decode";
+    case v1::WORKER_ROLE_BOTH:
+      return "colocated";
+    default:
+      return "worker";
+  }
+}
+
+std::string DefaultWorkerId(v1::WorkerRole role) {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(RoleName(role), "-", host, "-", ::getpid());
+}
+
+// Drain state shared by the membership thread (router DRAIN command) and
+// main (SIGTERM).
+class DrainState {
+ public:
+  void Begin(absl::Duration deadline) {
+    absl::MutexLock lock(&mutex_);
+    const absl::Time until = absl::Now() + deadline;
+    if (!draining_ || until < deadline_) deadline_ = until;
+    draining_ = true;
+  }
+  bool draining() {
+    absl::MutexLock lock(&mutex_);
+    return draining_;
+  }
+  absl::Time deadline() {
+    absl::MutexLock lock(&mutex_);
+    return deadline_;
+  }
+
+ private:
+  absl::Mutex mutex_;
+  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
+  absl::Time deadline_ ABSL_GUARDED_BY(mutex_) = absl::InfiniteFuture();
+};
+
+}  // namespace
+
+int RunWorkerProcess(const WorkerProcessOptions& options) {
+  std::string worker_id = absl::GetFlag(FLAGS_worker_id);
+  if (worker_id.empty()) worker_id = DefaultWorkerId(options.role);
+  SetLogTag(worker_id);
+
+  GrpcServerOptions server_options;
+  server_options.listen_address = absl::GetFlag(FLAGS_listen);
+  server_options.services = options.services;
+  absl::StatusOr<std::unique_ptr<GrpcServer>> server =
+      GrpcServer::Start(server_options);
+  if (!server.ok()) {
+    PD_LOG(ERROR) << server.status();
+    return 1;
+  }
+
+  DrainState drain;
+  std::unique_ptr<MembershipClient> membership;
+  if (const std::string router = absl::GetFlag(FLAGS_router); !router.empty()) {
+    MembershipClientOptions membership_options;
+    membership_options.router_address = router;
+    v1::RegisterRequest& registration = membership_options.registration;
+    registration.set_worker_id(worker_id);
+    registration.set_instance_id(
+        absl::StrCat(worker_id, "@", absl::ToUnixMicros(absl::Now())));
+    registration.set_role(options.role);
+    registration.set_grpc_address((*server)->address());
+    registration.add_transports(v1::TRANSPORT_KIND_UCX);
+    registration.add_transports(v1::TRANSPORT_KIND_IN_PROCESS);
+    membership_options.report_status = [&] {
+      WorkerStatusReport report;
+      report.state = drain.draining() ? v1::WORKER_STATE_DRAINING
+                                      : v1::WORKER_STATE_SERVING;
+      report.inflight_requests = options.inflight_requests();
+      return report;
+    };
+    membership_options.on_drain = [&](absl::Duration deadline) {
+      PD_LOG(INFO) << "router asked us to drain within "
+                   << absl::FormatDuration(deadline);
+      drain.Begin(deadline);
+    };
+    absl::StatusOr<std::unique_ptr<MembershipClient>> client =
+        MembershipClient::Start(std::move(membership_options));
+    if (!client.ok()) {
+      PD_LOG(ERROR) << client.status();
+      return 2;
+    }
+    membership = std::move(client).value();
+  }
+
+  (*server)->SetServing(true);
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file);
+      !port_file.empty()) {
+    std::ofstream(port_file + ".tmp") << (*server)->port() << "\n";
+    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  }
+  PD_LOG(INFO) << RoleName(options.role) << " worker " << worker_id
+               << " serving on " << (*server)->address();
+
+  // Wait for SIGTERM/SIGINT or a router drain command.
+  while (!drain.draining()) {
+    if (std::optional<int> signal =
+            WaitForTerminationSignal(absl::Milliseconds(100))) {
+      PD_LOG(INFO) << "signal " << *signal << ": draining";
+      drain.Begin(absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms)));
+    }
+  }
+  // No new work from here on; the router sees DRAINING with the next
+  // heartbeat and probes see NOT_SERVING now.
+  (*server)->SetServing(false);
+  while (options.inflight_requests() > 0 && absl::Now() < drain.deadline()) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (const uint32_t left = options.inflight_requests(); left > 0) {
+    PD_LOG(WARNING) << "drain deadline passed with " << left
+                    << " requests in flight; cancelling them";
+  }
+  if (membership != nullptr) membership->Stop("drained");
+  (*server)->Shutdown(absl::Seconds(1));
+  PD_LOG(INFO) << "worker " << worker_id << " stopped";
+  return 0;
+}
+
+}  // namespace pdserve::rpc
