@@ -9,7 +9,7 @@ header is `proto/common.pb.h`.
 _PROTOC = "/usr/bin/protoc"
 _GRPC_PLUGIN = "/usr/bin/grpc_cpp_plugin"
 
-def pd_proto_library(name, srcs, deps = [], grpc = False, visibility = None):
+def pd_proto_library(name, srcs, deps = [], grpc = False, visibility = None, testonly = False):
     """Generates and compiles C++ code for `srcs`.
 
     Args:
@@ -19,11 +19,13 @@ def pd_proto_library(name, srcs, deps = [], grpc = False, visibility = None):
       deps: other pd_proto_library targets whose files `srcs` import.
       grpc: also generate gRPC service stubs (`*.grpc.pb.{h,cc}`).
       visibility: of the cc_library.
+      testonly: for protos only tests may use.
     """
     native.filegroup(
         name = name + "_protos",
         srcs = srcs + [d + "_protos" for d in deps],
         visibility = visibility,
+        testonly = testonly,
     )
     stems = [s[:-len(".proto")] for s in srcs]
     outs = [s + ".pb.h" for s in stems] + [s + ".pb.cc" for s in stems]
@@ -40,6 +42,7 @@ def pd_proto_library(name, srcs, deps = [], grpc = False, visibility = None):
         outs = outs + grpc_outs,
         cmd = cmd,
         message = "protoc " + " ".join(srcs),
+        testonly = testonly,
     )
     native.cc_library(
         name = name,
@@ -47,4 +50,5 @@ def pd_proto_library(name, srcs, deps = [], grpc = False, visibility = None):
         hdrs = [o for o in outs + grpc_outs if o.endswith(".h")],
         deps = deps + ["//third_party:protobuf"] + (["//third_party:grpc"] if grpc else []),
         visibility = visibility,
+        testonly = testonly,
     )
