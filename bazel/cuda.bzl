@@ -19,7 +19,8 @@ _NVCC_FLAGS = [
     "-gencode=arch=compute_80,code=sm_80",
     "-gencode=arch=compute_90,code=sm_90",
     "-gencode=arch=compute_90,code=compute_90",
-    "-Xcompiler=-fPIC,-Wall",
+    "-Xcompiler=-fPIC,-Wall,-Wextra,-Werror",
+    "-Wno-deprecated-gpu-targets",
     "-Werror=all-warnings",
 ]
 
@@ -50,6 +51,7 @@ def pd_cuda_library(name, srcs, hdrs = [], deps = [], cu_hdrs = [], visibility =
                 "-o $@",
             ]),
             message = "nvcc " + src,
+            tags = kwargs.get("tags", []),
         )
         objs.append(obj)
     native.cc_library(

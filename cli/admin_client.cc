@@ -94,11 +94,8 @@ std::string FormatStatus(const v1::ListPoolsResponse& pools,
                          const v1::ListWorkersResponse& workers) {
   std::string out;
   for (const v1::PoolInfo& pool : pools.pools()) {
-    if (pool.current_size() == 0 && pool.role() == v1::WORKER_ROLE_BOTH) {
-      continue;  // No colocated pool configured: not worth a line.
-    }
     absl::StrAppendFormat(&out,
-                          "pool %-9s %u workers (%u starting, %u draining)\n",
+                          "pool %-9s %u serving, %u starting, %u draining\n",
                           ShortRole(pool.role()), pool.current_size(),
                           pool.starting(), pool.draining());
   }
@@ -112,7 +109,7 @@ std::string FormatStatus(const v1::ListPoolsResponse& pools,
                                               w.load().total_kv_blocks());
     absl::StrAppendFormat(&out, "%-22s %-9s %-9s %-21s %9u %11s %6ums\n",
                           w.worker_id(), ShortRole(w.role()),
-                          ShortState(w.state()), w.address(),
+                          ShortState(w.state()), w.grpc_address(),
                           w.inflight_requests(), kv, w.last_heartbeat_age_ms());
   }
   if (workers.workers().empty()) out += "(no workers registered)\n";

@@ -17,15 +17,13 @@ TEST(FormatStatusTest, ShowsPoolsAndOneRowPerWorker) {
   decode->set_role(v1::WORKER_ROLE_DECODE);
   decode->set_current_size(2);
   decode->set_draining(1);
-  v1::PoolInfo* colocated = pools.add_pools();
-  colocated->set_role(v1::WORKER_ROLE_BOTH);
 
   v1::ListWorkersResponse workers;
   v1::WorkerInfo* d = workers.add_workers();
   d->set_worker_id("decode-0");
   d->set_role(v1::WORKER_ROLE_DECODE);
   d->set_state(v1::WORKER_STATE_DRAINING);
-  d->set_address("127.0.0.1:4001");
+  d->set_grpc_address("127.0.0.1:4001");
   d->set_inflight_requests(3);
   d->mutable_load()->set_free_kv_blocks(90);
   d->mutable_load()->set_total_kv_blocks(128);
@@ -33,10 +31,9 @@ TEST(FormatStatusTest, ShowsPoolsAndOneRowPerWorker) {
 
   const std::string out = FormatStatus(pools, workers);
   EXPECT_THAT(out,
-              HasSubstr("pool prefill   1 workers (0 starting, 0 draining)"));
+              HasSubstr("pool prefill   1 serving, 0 starting, 0 draining"));
   EXPECT_THAT(out,
-              HasSubstr("pool decode    2 workers (0 starting, 1 draining)"));
-  EXPECT_THAT(out, ::testing::Not(HasSubstr("colocated")));
+              HasSubstr("pool decode    2 serving, 0 starting, 1 draining"));
   EXPECT_THAT(out, HasSubstr("decode-0"));
   EXPECT_THAT(out, HasSubstr("DRAINING"));
   EXPECT_THAT(out, HasSubstr("90/128"));

@@ -12,10 +12,12 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -85,6 +87,10 @@ int Drain(const std::vector<char*>& args) {
     std::cerr << "usage: pdctl drain WORKER_ID\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_deadline_ms) <= 0) {
+    std::cerr << "pdctl: --deadline_ms must be positive\n";
+    return 2;
+  }
   absl::StatusOr<v1::DrainWorkerResponse> drained = DrainWorker(
       absl::GetFlag(FLAGS_router), args[2],
       absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms)), kRpcTimeout);
@@ -123,9 +129,11 @@ int Up() {
   options.work_dir = absl::GetFlag(FLAGS_work_dir).empty()
                          ? DefaultWorkDir()
                          : absl::GetFlag(FLAGS_work_dir);
-  if (std::system(absl::StrCat("mkdir -p '", options.work_dir, "'").c_str()) !=
-      0) {
-    return Fail(absl::InternalError("cannot create " + options.work_dir));
+  std::error_code error;
+  std::filesystem::create_directories(options.work_dir, error);
+  if (error) {
+    return Fail(absl::InternalError(absl::StrCat(
+        "cannot create ", options.work_dir, ": ", error.message())));
   }
   std::cout << "starting router, " << options.num_prefill << " prefill and "
             << options.num_decode << " decode workers (logs in "
@@ -147,16 +155,25 @@ int Up() {
   }
   std::cout << "cluster ready; router at " << (*cluster)->router_address()
             << ". Ctrl-C stops it." << std::endl;
-  // Watch for a signal, and for processes dying on their own.
+  // Watch for a signal, and for processes ending on their own: a worker
+  // that exits 0 was drained (pdctl drain) and has left the cluster; any
+  // other exit is a failure that stops the cluster.
+  absl::flat_hash_set<std::string> departed;
   while (!WaitForTerminationSignal(absl::Milliseconds(200)).has_value()) {
     for (LocalProcess& p : (*cluster)->processes()) {
-      if (!p.process->running()) {
-        std::cerr << "pdctl: " << p.name << " exited unexpectedly; end of "
-                  << p.log_path << ":\n"
-                  << TailOfFile(p.log_path) << std::endl;
-        (void)(*cluster)->Stop(absl::Seconds(10));
-        return 1;
+      if (departed.contains(p.name) || p.process->running()) continue;
+      const absl::StatusOr<int> status = p.process->Wait(absl::ZeroDuration());
+      if (status.ok() && *status == 0 && p.name != "router") {
+        std::cout << p.name << " drained and left the cluster" << std::endl;
+        departed.insert(p.name);
+        continue;
       }
+      std::cerr << "pdctl: " << p.name << " "
+                << (status.ok() ? DescribeWaitStatus(*status) : "exited")
+                << " unexpectedly; end of " << p.log_path << ":\n"
+                << TailOfFile(p.log_path) << std::endl;
+      (void)(*cluster)->Stop(absl::Seconds(10));
+      return 1;
     }
   }
   std::cout << "stopping the cluster" << std::endl;

@@ -32,8 +32,17 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     argv.push_back(const_cast<char*>(arg.c_str()));
   }
   argv.push_back(nullptr);
+  // extra_env entries replace inherited variables of the same name.
   std::vector<std::string> env_storage;
-  for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const std::string& extra : options.extra_env) {
+      overridden |= extra.substr(0, extra.find('=')) == name;
+    }
+    if (!overridden) env_storage.push_back(entry);
+  }
   for (const std::string& e : options.extra_env) env_storage.push_back(e);
   std::vector<char*> envp;
   for (std::string& e : env_storage) envp.push_back(e.data());
@@ -90,7 +99,12 @@ bool Subprocess::running() {
   if (wait_status_.has_value()) return false;
   int status = 0;
   const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-  if (r == pid_) wait_status_ = status;
+  if (r == pid_) {
+    wait_status_ = status;
+  } else if (r < 0 && errno == ECHILD) {
+    // Reaped elsewhere (e.g. SIGCHLD ignored): it is gone, status unknown.
+    wait_status_ = W_EXITCODE(255, 0);
+  }
   return !wait_status_.has_value();
 }
 

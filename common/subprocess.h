@@ -6,6 +6,9 @@
 // started too; PR_SET_PDEATHSIG makes the kernel kill it if the parent dies
 // without cleaning up (a crashed or timed-out test leaves no servers behind).
 //
+// PR_SET_PDEATHSIG fires when the *thread* that forked exits, so Start() must
+// be called from a thread that outlives the child (main, or a test body).
+//
 // Ownership: the object owns the child; destroying it kills the child's
 // process group (SIGKILL) if still running and reaps it.
 // Thread-safety: not thread-safe; use from one thread.
@@ -27,7 +30,8 @@ namespace pdserve {
 struct SubprocessOptions {
   // argv[0] is the program path (not searched in PATH).
   std::vector<std::string> argv;
-  // Extra NAME=VALUE entries added to the inherited environment.
+  // NAME=VALUE entries added to the inherited environment, replacing
+  // inherited variables of the same name.
   std::vector<std::string> extra_env;
   // When set, stdout and stderr are appended to this file.
   std::string log_path;

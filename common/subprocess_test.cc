@@ -17,7 +17,7 @@ std::unique_ptr<Subprocess> StartShell(const std::string& script,
                                        const std::string& log_path = "") {
   SubprocessOptions options;
   options.argv = {"/bin/sh", "-c", script};
-  options.extra_env = {"PD_SUBPROCESS_TEST=hello"};
+  options.extra_env = {"PD_SUBPROCESS_TEST=hello", "HOME=/pd-test-home"};
   options.log_path = log_path;
   absl::StatusOr<std::unique_ptr<Subprocess>> process =
       Subprocess::Start(options);
@@ -90,12 +90,14 @@ TEST(SubprocessTest, KillsTheWholeProcessGroupOnDestruction) {
 TEST(SubprocessTest, PassesEnvironmentAndCapturesOutput) {
   const std::string log = ::testing::TempDir() + "/env.log";
   std::remove(log.c_str());
-  auto process = StartShell("echo out=$PD_SUBPROCESS_TEST; echo err >&2", log);
+  auto process =
+      StartShell("echo out=$PD_SUBPROCESS_TEST home=$HOME; echo err >&2", log);
   ASSERT_TRUE(process->Wait(absl::Seconds(10)).ok());
   std::ifstream in(log);
   std::stringstream content;
   content << in.rdbuf();
-  EXPECT_EQ(content.str(), "out=hello\nerr\n");
+  // HOME is inherited too, but extra_env replaces it.
+  EXPECT_EQ(content.str(), "out=hello home=/pd-test-home\nerr\n");
 }
 
 TEST(SubprocessTest, MissingProgramIsAClearError) {

@@ -46,18 +46,19 @@ absl::StatusOr<KvGeometry> KvGeometry::FromProto(const v1::KvLayout& layout) {
         " kv_heads=", layout.num_kv_heads(), " head_dim=", layout.head_dim(),
         " block_size_tokens=", layout.block_size_tokens()));
   }
-  KvGeometry geometry(layout);
+  uint64_t token = 0;
   uint64_t pool = 0;
   uint64_t block = 0;
-  if (!MultiplyChecked(geometry.token_bytes_, layout.block_size_tokens(),
-                       &block) ||
+  if (!MultiplyChecked(layout.num_kv_heads(), layout.head_dim(), &token) ||
+      !MultiplyChecked(token, KvDtypeBytes(layout.dtype()), &token) ||
+      !MultiplyChecked(token, layout.block_size_tokens(), &block) ||
       !MultiplyChecked(block, 2, &block) ||
       !MultiplyChecked(block, layout.num_blocks(), &pool) ||
       !MultiplyChecked(pool, layout.num_layers(), &pool)) {
     return absl::InvalidArgumentError(
         "KV layout describes a pool larger than 2^64 bytes");
   }
-  return geometry;
+  return KvGeometry(layout);
 }
 
 KvGeometry::KvGeometry(const v1::KvLayout& layout)

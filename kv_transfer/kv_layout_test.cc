@@ -65,6 +65,14 @@ TEST(KvGeometryTest, RejectsInvalidLayouts) {
   layout.set_dtype(v1::KV_DTYPE_F32);
   EXPECT_THAT(std::string(KvGeometry::FromProto(layout).status().message()),
               HasSubstr("2^64"));
+  // Overflow already in the bytes of one token.
+  layout = SmolLm2Layout(1);
+  layout.set_num_layers(1);
+  layout.set_num_kv_heads(UINT32_MAX);
+  layout.set_head_dim(UINT32_MAX);
+  layout.set_dtype(v1::KV_DTYPE_F32);
+  EXPECT_THAT(std::string(KvGeometry::FromProto(layout).status().message()),
+              HasSubstr("2^64"));
 }
 
 TEST(KvLayoutCompatibilityTest, OnlyPoolCapacityMayDiffer) {

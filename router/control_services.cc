@@ -47,6 +47,7 @@ grpc::ServerUnaryReactor* MembershipService::Register(
                << v1::WorkerRole_Name(registration.role) << ") registered at "
                << registration.address;
   response->set_lease_id(lease->lease_id);
+  response->set_router_id(registry_->router_id());
   response->set_lease_duration_ms(ClampToMs(lease->duration));
   response->set_heartbeat_interval_ms(ClampToMs(lease->heartbeat_interval));
   return Finish(context, absl::OkStatus());
@@ -89,7 +90,7 @@ grpc::ServerUnaryReactor* AdminService::ListWorkers(
     v1::WorkerInfo* info = response->add_workers();
     info->set_worker_id(record.registration.worker_id);
     info->set_role(record.registration.role);
-    info->set_address(record.registration.address);
+    info->set_grpc_address(record.registration.address);
     info->set_state(record.state);
     *info->mutable_load() = record.load;
     info->set_lease_remaining_ms(ClampToMs(record.lease_expiry - now));
@@ -109,20 +110,29 @@ grpc::ServerUnaryReactor* AdminService::ListPools(
     grpc::CallbackServerContext* context,
     const v1::ListPoolsRequest* /*request*/, v1::ListPoolsResponse* response) {
   // Pool targets and SLOs come with the planner; today a pool is what has
-  // registered.
+  // registered (one entry per role with at least one worker).
   const std::array<v1::WorkerRole, 3> roles = {
       v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE, v1::WORKER_ROLE_BOTH};
   const absl::Time now = absl::Now();
   for (v1::WorkerRole role : roles) {
+    const std::vector<WorkerRecord> members =
+        registry_->List(now, role, /*exact_role=*/true);
+    if (members.empty()) continue;
     v1::PoolInfo* pool = response->add_pools();
     pool->set_role(role);
-    for (const WorkerRecord& record : registry_->List(now, role)) {
-      pool->set_current_size(pool->current_size() + 1);
-      if (record.state == v1::WORKER_STATE_STARTING) {
-        pool->set_starting(pool->starting() + 1);
-      }
-      if (record.state == v1::WORKER_STATE_DRAINING) {
-        pool->set_draining(pool->draining() + 1);
+    for (const WorkerRecord& record : members) {
+      switch (record.state) {
+        case v1::WORKER_STATE_SERVING:
+          pool->set_current_size(pool->current_size() + 1);
+          break;
+        case v1::WORKER_STATE_STARTING:
+          pool->set_starting(pool->starting() + 1);
+          break;
+        case v1::WORKER_STATE_DRAINING:
+          pool->set_draining(pool->draining() + 1);
+          break;
+        default:
+          break;
       }
     }
   }

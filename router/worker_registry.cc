@@ -1,9 +1,12 @@
 #include "router/worker_registry.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace pdserve::router {
 
@@ -20,7 +23,11 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(
         absl::FormatDuration(options.lease_duration),
         ", or one late heartbeat drops a healthy worker"));
   }
-  return std::unique_ptr<WorkerRegistry>(new WorkerRegistry(options));
+  absl::BitGen random;
+  const std::string router_id =
+      absl::StrFormat("%016x", absl::Uniform<uint64_t>(random));
+  return std::unique_ptr<WorkerRegistry>(
+      new WorkerRegistry(options, router_id));
 }
 
 absl::StatusOr<Lease> WorkerRegistry::Register(
@@ -44,7 +51,8 @@ absl::StatusOr<Lease> WorkerRegistry::Register(
   }
   WorkerRecord record;
   record.registration = registration;
-  record.lease_id = absl::StrCat(registration.worker_id, "/", next_lease_++);
+  record.lease_id =
+      absl::StrCat(router_id_, "/", registration.worker_id, "/", next_lease_++);
   record.registered_at = now;
   record.last_heartbeat = now;
   record.lease_expiry = now + options_.lease_duration;
@@ -66,13 +74,20 @@ absl::StatusOr<HeartbeatReply> WorkerRegistry::Heartbeat(
         absl::StrCat("lease ", lease_id, " is unknown or expired; register"));
   }
   WorkerRecord& record = workers_.at(lease->second);
-  record.state = report.state;
+  if (record.pending_drain.has_value() &&
+      report.state == v1::WORKER_STATE_DRAINING) {
+    record.pending_drain.reset();  // The worker has the command.
+  }
+  // Once asked to drain, a worker gets no new work whatever it reports.
+  record.state = record.state == v1::WORKER_STATE_DRAINING
+                     ? v1::WORKER_STATE_DRAINING
+                     : report.state;
   record.load = report.load;
   record.inflight_requests = report.inflight_requests;
   record.last_heartbeat = now;
   record.lease_expiry = now + options_.lease_duration;
   HeartbeatReply reply;
-  reply.drain = std::exchange(record.pending_drain, std::nullopt);
+  reply.drain = record.pending_drain;
   return reply;
 }
 
@@ -95,6 +110,7 @@ absl::Status WorkerRegistry::RequestDrain(const std::string& worker_id,
     return absl::NotFoundError(absl::StrCat("no worker ", worker_id));
   }
   worker->second.pending_drain = deadline;
+  worker->second.state = v1::WORKER_STATE_DRAINING;
   return absl::OkStatus();
 }
 
@@ -119,19 +135,25 @@ std::vector<std::string> WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
 }
 
 std::vector<WorkerRecord> WorkerRegistry::List(absl::Time now,
-                                               v1::WorkerRole role) {
+                                               v1::WorkerRole role,
+                                               bool exact_role) {
   absl::MutexLock lock(&mutex_);
   ExpireLeasesLocked(now);
   std::vector<WorkerRecord> result;
   for (const auto& [id, record] : workers_) {
-    if (role == v1::WORKER_ROLE_UNSPECIFIED ||
-        record.registration.role == role) {
-      result.push_back(record);
-    }
+    const v1::WorkerRole r = record.registration.role;
+    const bool matches = exact_role ? r == role
+                                    : role == v1::WORKER_ROLE_UNSPECIFIED ||
+                                          r == role ||
+                                          (r == v1::WORKER_ROLE_BOTH &&
+                                           (role == v1::WORKER_ROLE_PREFILL ||
+                                            role == v1::WORKER_ROLE_DECODE));
+    if (matches) result.push_back(record);
   }
   std::sort(result.begin(), result.end(),
             [](const WorkerRecord& a, const WorkerRecord& b) {
-              return a.registration.worker_id < b.registration.worker_id;
+              return std::tie(a.registration.role, a.registration.worker_id) <
+                     std::tie(b.registration.role, b.registration.worker_id);
             });
   return result;
 }

@@ -52,7 +52,8 @@ struct WorkerRecord {
   absl::Time registered_at;
   absl::Time last_heartbeat;
   absl::Time lease_expiry;
-  // Set by RequestDrain; delivered (once) with the next heartbeat.
+  // Set by RequestDrain; sent with every heartbeat reply until the worker
+  // reports DRAINING (a lost reply must not lose the command).
   std::optional<absl::Duration> pending_drain;
 };
 
@@ -91,7 +92,8 @@ class WorkerRegistry {
                                  absl::Time now);
 
   // NOT_FOUND when the lease is unknown or expired: the worker must
-  // register again.
+  // register again. A worker asked to drain stays DRAINING whatever it
+  // reports until it deregisters.
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& lease_id,
                                            const HeartbeatReport& report,
                                            absl::Time now);
@@ -100,25 +102,34 @@ class WorkerRegistry {
   // the caller, but it is reported).
   absl::Status Deregister(const std::string& lease_id);
 
-  // Asks a worker to drain; NOT_FOUND for an unknown worker id.
+  // Asks a worker to drain: it is DRAINING (no new work) from now on, and
+  // its heartbeat replies carry the command. NOT_FOUND for an unknown id.
   absl::Status RequestDrain(const std::string& worker_id,
                             absl::Duration deadline);
 
   // Removes workers whose lease ran out by `now`; returns their ids.
   std::vector<std::string> ExpireLeases(absl::Time now);
 
-  // Live workers (after expiring leases at `now`), ordered by worker id;
-  // WORKER_ROLE_UNSPECIFIED selects every role.
-  std::vector<WorkerRecord> List(absl::Time now, v1::WorkerRole role);
+  // Live workers (after expiring leases at `now`), ordered by role then
+  // worker id. WORKER_ROLE_UNSPECIFIED selects every role; PREFILL and
+  // DECODE also select colocated (BOTH) workers, which do both.
+  // `exact_role` selects only workers of exactly `role`.
+  std::vector<WorkerRecord> List(absl::Time now, v1::WorkerRole role,
+                                 bool exact_role = false);
+
+  // Random per-router-process id; part of every lease id, so a lease from
+  // an earlier router process is never mistaken for a current one.
+  const std::string& router_id() const { return router_id_; }
 
  private:
-  explicit WorkerRegistry(const WorkerRegistryOptions& options)
-      : options_(options) {}
+  WorkerRegistry(const WorkerRegistryOptions& options, std::string router_id)
+      : options_(options), router_id_(std::move(router_id)) {}
 
   std::vector<std::string> ExpireLeasesLocked(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const WorkerRegistryOptions options_;
+  const std::string router_id_;
   absl::Mutex mutex_;
   // Keyed by worker_id.
   absl::flat_hash_map<std::string, WorkerRecord> workers_

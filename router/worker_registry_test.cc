@@ -58,7 +58,7 @@ TEST(WorkerRegistryTest, RegisterValidatesAndListsByRole) {
           .ok());
 
   EXPECT_EQ(Ids(registry->List(kStart, v1::WORKER_ROLE_UNSPECIFIED)),
-            (std::vector<std::string>{"decode-0", "prefill-0"}));
+            (std::vector<std::string>{"prefill-0", "decode-0"}));
   EXPECT_EQ(Ids(registry->List(kStart, v1::WORKER_ROLE_DECODE)),
             (std::vector<std::string>{"decode-0"}));
   const auto records = registry->List(kStart, v1::WORKER_ROLE_PREFILL);
@@ -108,6 +108,7 @@ TEST(WorkerRegistryTest, ReRegisteringReplacesTheOldInstance) {
   auto old_lease =
       *registry->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart);
   WorkerRegistration restarted = Worker("decode-0", v1::WORKER_ROLE_DECODE);
+  restarted.instance_id = "decode-0-restarted";
   restarted.address = "127.0.0.1:6000";
   auto new_lease = *registry->Register(restarted, kStart + absl::Seconds(1));
   EXPECT_NE(old_lease.lease_id, new_lease.lease_id);
@@ -120,23 +121,76 @@ TEST(WorkerRegistryTest, ReRegisteringReplacesTheOldInstance) {
       registry->List(kStart + absl::Seconds(1), v1::WORKER_ROLE_UNSPECIFIED);
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].registration.address, "127.0.0.1:6000");
+  EXPECT_EQ(records[0].registration.instance_id, "decode-0-restarted");
 }
 
-TEST(WorkerRegistryTest, DrainIsDeliveredOnceWithTheNextHeartbeat) {
+TEST(WorkerRegistryTest, DrainIsRepeatedUntilTheWorkerReportsDraining) {
   auto registry = MakeRegistry();
   auto lease =
       *registry->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart);
   EXPECT_EQ(registry->RequestDrain("nobody", absl::Seconds(30)).code(),
             absl::StatusCode::kNotFound);
   ASSERT_TRUE(registry->RequestDrain("decode-0", absl::Seconds(30)).ok());
-  auto reply = registry->Heartbeat(lease.lease_id, {}, kStart);
-  ASSERT_TRUE(reply.ok());
-  EXPECT_EQ(reply->drain, absl::Seconds(30));
-  reply = registry->Heartbeat(lease.lease_id, {}, kStart);
+  // No new work from the moment of the request.
+  EXPECT_EQ(registry->List(kStart, v1::WORKER_ROLE_DECODE)[0].state,
+            v1::WORKER_STATE_DRAINING);
+
+  HeartbeatReport serving;
+  serving.state = v1::WORKER_STATE_SERVING;
+  // The worker has not seen the command yet (say a reply was lost): every
+  // reply repeats it, and the worker stays DRAINING in the router's view.
+  for (int i = 0; i < 2; ++i) {
+    auto reply = registry->Heartbeat(lease.lease_id, serving, kStart);
+    ASSERT_TRUE(reply.ok());
+    EXPECT_EQ(reply->drain, absl::Seconds(30)) << i;
+    EXPECT_EQ(registry->List(kStart, v1::WORKER_ROLE_DECODE)[0].state,
+              v1::WORKER_STATE_DRAINING);
+  }
+  HeartbeatReport draining;
+  draining.state = v1::WORKER_STATE_DRAINING;
+  auto reply = registry->Heartbeat(lease.lease_id, draining, kStart);
   ASSERT_TRUE(reply.ok());
   EXPECT_FALSE(reply->drain.has_value());
+  reply = registry->Heartbeat(lease.lease_id, serving, kStart);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_FALSE(reply->drain.has_value());
+  EXPECT_EQ(registry->List(kStart, v1::WORKER_ROLE_DECODE)[0].state,
+            v1::WORKER_STATE_DRAINING);
 }
 
+TEST(WorkerRegistryTest, ColocatedWorkersMatchBothRoleFiltersAndSortByRole) {
+  auto registry = MakeRegistry();
+  ASSERT_TRUE(
+      registry->Register(Worker("a-decode", v1::WORKER_ROLE_DECODE), kStart)
+          .ok());
+  ASSERT_TRUE(
+      registry->Register(Worker("b-both", v1::WORKER_ROLE_BOTH), kStart).ok());
+  ASSERT_TRUE(
+      registry->Register(Worker("c-prefill", v1::WORKER_ROLE_PREFILL), kStart)
+          .ok());
+  EXPECT_EQ(Ids(registry->List(kStart, v1::WORKER_ROLE_UNSPECIFIED)),
+            (std::vector<std::string>{"c-prefill", "a-decode", "b-both"}));
+  EXPECT_EQ(Ids(registry->List(kStart, v1::WORKER_ROLE_PREFILL)),
+            (std::vector<std::string>{"c-prefill", "b-both"}));
+  EXPECT_EQ(Ids(registry->List(kStart, v1::WORKER_ROLE_DECODE)),
+            (std::vector<std::string>{"a-decode", "b-both"}));
+  EXPECT_EQ(Ids(registry->List(kStart, v1::WORKER_ROLE_DECODE,
+                               /*exact_role=*/true)),
+            (std::vector<std::string>{"a-decode"}));
+}
+
+TEST(WorkerRegistryTest, LeasesOfAnotherRouterProcessAreUnknown) {
+  auto first = MakeRegistry();
+  auto second = MakeRegistry();  // A restarted router.
+  EXPECT_NE(first->router_id(), second->router_id());
+  auto old_lease =
+      *first->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart);
+  auto new_lease =
+      *second->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart);
+  EXPECT_NE(old_lease.lease_id, new_lease.lease_id);
+  EXPECT_EQ(second->Heartbeat(old_lease.lease_id, {}, kStart).status().code(),
+            absl::StatusCode::kNotFound);
+}
 TEST(WorkerRegistryTest, DeregisterRemovesAtOnce) {
   auto registry = MakeRegistry();
   auto lease =

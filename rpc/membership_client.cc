@@ -45,14 +45,18 @@ bool MembershipClient::registered() {
 }
 
 void MembershipClient::Stop(const std::string& reason) {
-  std::string lease_id;
   {
     absl::MutexLock lock(&mutex_);
     if (stopping_) return;
     stopping_ = true;
-    lease_id = lease_id_;
   }
   if (thread_.joinable()) thread_.join();
+  // Read after the join: a registration that finished meanwhile is included.
+  std::string lease_id;
+  {
+    absl::MutexLock lock(&mutex_);
+    lease_id = lease_id_;
+  }
   if (lease_id.empty()) return;
   grpc::ClientContext context;
   SetDeadline(&context, options_.rpc_timeout);

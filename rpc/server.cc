@@ -8,7 +8,6 @@
 #include "common/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 
 namespace pdserve::rpc {
 namespace {
@@ -29,10 +28,11 @@ std::string HostOf(const std::string& listen_address) {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     const GrpcServerOptions& options) {
-  // Both are process-wide switches read when a ServerBuilder is created;
-  // calling them again is harmless.
-  grpc::EnableDefaultHealthCheckService(true);
+  // A process-wide switch read when a ServerBuilder is created; calling it
+  // again is harmless. gRPC's own health service stays off: ours
+  // (health_service.h) starts NOT_SERVING instead of SERVING.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  auto health = std::make_unique<HealthService>();
 
   grpc::ServerBuilder builder;
   int port = 0;
@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.RegisterService(health.get());
   for (grpc::Service* service : options.services) {
     builder.RegisterService(service);
   }
@@ -54,24 +55,25 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
                                                " (address in use or invalid)"));
   }
   std::string address = absl::StrCat(HostOf(options.listen_address), ":", port);
-  auto result = std::unique_ptr<GrpcServer>(
-      new GrpcServer(std::move(server), port, std::move(address)));
-  result->SetServing(false);
-  return result;
+  return std::unique_ptr<GrpcServer>(new GrpcServer(
+      std::move(health), std::move(server), port, std::move(address)));
 }
 
-GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, int port,
+GrpcServer::GrpcServer(std::unique_ptr<HealthService> health,
+                       std::unique_ptr<grpc::Server> server, int port,
                        std::string address)
-    : server_(std::move(server)), port_(port), address_(std::move(address)) {}
+    : health_(std::move(health)),
+      server_(std::move(server)),
+      port_(port),
+      address_(std::move(address)) {}
 
 GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
 
-void GrpcServer::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus(serving);
-}
+void GrpcServer::SetServing(bool serving) { health_->SetServing(serving); }
 
 void GrpcServer::Shutdown(absl::Duration grace) {
+  // Open health Watch streams would otherwise hold shutdown for `grace`.
+  health_->Shutdown();
   // grpc::Server::Shutdown is itself idempotent and thread-safe.
   server_->Shutdown(std::chrono::system_clock::now() +
                     absl::ToChronoMilliseconds(grace));

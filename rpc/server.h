@@ -2,9 +2,10 @@
 //
 // Wraps grpc::Server with what all three servers (router, prefill worker,
 // decode worker) need and must do the same way:
-//   - the standard grpc.health.v1 health service, starting NOT_SERVING until
-//     the owner calls SetServing(true) (so probes and the router only see a
-//     process once it can take work), and turned NOT_SERVING again on drain;
+//   - the standard grpc.health.v1 health service (health_service.h),
+//     NOT_SERVING until the owner calls SetServing(true) (so probes and the
+//     router only see a process once it can take work), and NOT_SERVING
+//     again on drain; "pdserve.liveness" stays SERVING throughout;
 //   - gRPC server reflection, so grpcurl-style tools can list and call
 //     services without local .proto files;
 //   - binding to port 0 picks a free port, reported by port().
@@ -22,6 +23,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "grpcpp/support/config.h"
+#include "rpc/health_service.h"
 
 namespace grpc {
 class Service;
@@ -54,7 +56,7 @@ class GrpcServer {
   // host:port that clients on this host can dial.
   const std::string& address() const { return address_; }
 
-  // Sets the health status of the whole server ("") as health probes see it.
+  // Sets the readiness status ("") as health probes see it.
   void SetServing(bool serving);
 
   // Stops accepting calls and waits up to `grace` for in-flight calls, then
@@ -65,9 +67,12 @@ class GrpcServer {
   void Wait();
 
  private:
-  GrpcServer(std::unique_ptr<grpc::Server> server, int port,
+  GrpcServer(std::unique_ptr<HealthService> health,
+             std::unique_ptr<grpc::Server> server, int port,
              std::string address);
 
+  // Declared before server_: destroyed after it, since the server calls it.
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> server_;
   const int port_;
   const std::string address_;

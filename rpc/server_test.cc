@@ -1,6 +1,8 @@
 #include "rpc/server.h"
 
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "rpc/health_client.h"
 
 namespace pdserve::rpc {
@@ -50,13 +52,56 @@ TEST(GrpcServerTest, TakenPortIsAClearError) {
       << second.status();
 }
 
+TEST(GrpcServerTest, LivenessStaysServingWhileReadinessDoesNot) {
+  auto server = GrpcServer::Start(GrpcServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->address();
+  for (bool ready : {false, true, false}) {
+    (*server)->SetServing(ready);
+    absl::StatusOr<HealthStatus> liveness =
+        CheckHealth(address, kLivenessService, absl::Seconds(5));
+    ASSERT_TRUE(liveness.ok()) << liveness.status();
+    EXPECT_EQ(*liveness, HealthStatus::kServing);
+    absl::StatusOr<HealthStatus> readiness =
+        CheckHealth(address, "", absl::Seconds(5));
+    ASSERT_TRUE(readiness.ok()) << readiness.status();
+    EXPECT_EQ(*readiness,
+              ready ? HealthStatus::kServing : HealthStatus::kNotServing);
+  }
+}
+
+TEST(GrpcServerTest, WatchStreamsEveryChangeAndEndsOnShutdown) {
+  auto server = GrpcServer::Start(GrpcServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      (*server)->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(20));
+  grpc::health::v1::HealthCheckRequest request;
+  auto reader = stub->Watch(&context, request);
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  (*server)->SetServing(true);
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  (*server)->SetServing(false);
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  // Shutdown ends the stream promptly rather than waiting out the grace.
+  const absl::Time start = absl::Now();
+  (*server)->Shutdown(absl::Seconds(10));
+  EXPECT_FALSE(reader->Read(&response));
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 TEST(GrpcServerTest, HealthCheckOfNothingIsUnavailableWithinTheTimeout) {
-  std::string address;
-  {
-    auto server = GrpcServer::Start(GrpcServerOptions{});
-    ASSERT_TRUE(server.ok());
-    address = (*server)->address();
-  }  // Shut down: the port is now closed.
+  // Port 1 is privileged and nothing listens there.
+  const std::string address = "127.0.0.1:1";
   const absl::Time start = absl::Now();
   absl::StatusOr<HealthStatus> health =
       CheckHealth(address, "", absl::Milliseconds(500));

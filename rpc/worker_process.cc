@@ -18,6 +18,9 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port for the worker's gRPC server (port 0 picks a free port)");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port the router and peers should dial (default: the bound "
+          "address; set it to the pod or host IP when listening on 0.0.0.0)");
 ABSL_FLAG(std::string, router, "127.0.0.1:50050",
           "router address to register with; empty runs standalone");
 ABSL_FLAG(std::string, worker_id, "",
@@ -101,9 +104,11 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     registration.set_instance_id(
         absl::StrCat(worker_id, "@", absl::ToUnixMicros(absl::Now())));
     registration.set_role(options.role);
-    registration.set_grpc_address((*server)->address());
-    registration.add_transports(v1::TRANSPORT_KIND_UCX);
-    registration.add_transports(v1::TRANSPORT_KIND_IN_PROCESS);
+    const std::string advertised = absl::GetFlag(FLAGS_advertise_address);
+    registration.set_grpc_address(advertised.empty() ? (*server)->address()
+                                                     : advertised);
+    // KV transports are advertised once the worker has a KV pool to offer
+    // (serving path); until then it offers none.
     membership_options.report_status = [&] {
       WorkerStatusReport report;
       report.state = drain.draining() ? v1::WORKER_STATE_DRAINING

@@ -7,8 +7,9 @@
 //     -> in-flight work finished or drain deadline passed
 //     -> deregister -> server shutdown -> exit 0
 //
-// Flags (all workers): --listen, --router, --worker_id, --port_file,
-// --drain_timeout_ms. The role-specific services are passed in by main().
+// Flags (all workers): --listen, --advertise_address, --router, --worker_id,
+// --port_file, --drain_timeout_ms. The role-specific services are passed in by
+// main().
 #ifndef PDSERVE_RPC_WORKER_PROCESS_H_
 #define PDSERVE_RPC_WORKER_PROCESS_H_
 

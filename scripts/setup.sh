@@ -11,7 +11,7 @@ APT_PACKAGES=(
   bazel-bootstrap bazel-rules-java
   g++ clang-format python3
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
-  libabsl-dev libucx-dev ucx-utils
+  libabsl-dev libucx-dev ucx-utils libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 
@@ -75,6 +75,19 @@ PY
   info "default model: $PDSERVE_DEFAULT_MODEL"
 }
 
+# The CUDA targets compile (never run) on every machine, so the build needs
+# NVIDIA's toolkit, which is not a Debian package: the project's machines
+# ship CUDA 13 and NCCL in /usr/local/cuda.
+check_cuda_toolkit() {
+  local nvcc=/usr/local/cuda/bin/nvcc
+  if [ -x "$nvcc" ] && [ -f /usr/local/cuda/include/nccl.h ]; then
+    info "CUDA toolkit: $("$nvcc" --version | grep -o 'release [0-9.]*')"
+  else
+    die "the CUDA toolkit (nvcc and NCCL) is expected in /usr/local/cuda; install NVIDIA's cuda-toolkit and NCCL packages there (no GPU is needed to build)"
+  fi
+}
+
 step "Setting up pdserve's dependencies"
 install_packages
+check_cuda_toolkit
 fetch_default_model

@@ -2,7 +2,8 @@
 # The whole test suite (README command 2):
 #   1. installs what is missing (scripts/setup.sh);
 #   2. checks formatting (clang-format, Google style) of our sources;
-#   3. bazel test //... (GPU-tagged tests are skipped on machines without one);
+#   3. bazel test //... (targets tagged "gpu" are left out: they run with
+#      `bazel test --config=gpu //...` on a GPU machine);
 #   4. the same tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
 # then prints one line "N passed, N failed, N skipped" counting test cases
 # (GoogleTest cases from each target's XML, plus the format check).

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -36,7 +37,9 @@ std::string BinDir() {
 
 std::string MakeWorkDir(const std::string& name) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/", name);
-  EXPECT_EQ(std::system(absl::StrCat("mkdir -p '", dir, "'").c_str()), 0);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  EXPECT_FALSE(error) << error.message();
   return dir;
 }
 
@@ -119,11 +122,11 @@ TEST_F(ClusterTest, EveryProcessIsHealthyAndTheRouterListsTheWorkers) {
                        absl::Seconds(5));
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->workers_size(), 2);
-  const v1::WorkerInfo& decode = listed->workers(0);
-  const v1::WorkerInfo& prefill = listed->workers(1);
+  const v1::WorkerInfo& prefill = listed->workers(0);  // By role, then id.
+  const v1::WorkerInfo& decode = listed->workers(1);
   EXPECT_EQ(decode.worker_id(), "decode-0");
   EXPECT_EQ(decode.role(), v1::WORKER_ROLE_DECODE);
-  EXPECT_EQ(decode.address(), cluster_->Find("decode-0")->address);
+  EXPECT_EQ(decode.grpc_address(), cluster_->Find("decode-0")->address);
   EXPECT_EQ(decode.state(), v1::WORKER_STATE_SERVING);
   EXPECT_EQ(prefill.worker_id(), "prefill-0");
   EXPECT_EQ(prefill.role(), v1::WORKER_ROLE_PREFILL);
@@ -202,7 +205,7 @@ TEST_F(ClusterTest, WorkersRegisterAgainWithARestartedRouter) {
       << cli::TailOfFile(restart.log_path);
   // The new router knows nobody; heartbeats get NOT_FOUND and the workers
   // register again.
-  EXPECT_TRUE(WaitForWorkers({"decode-0", "prefill-0"}, absl::Seconds(10)))
+  EXPECT_TRUE(WaitForWorkers({"prefill-0", "decode-0"}, absl::Seconds(10)))
       << cli::TailOfFile(restart.log_path);
 }
 
@@ -236,8 +239,8 @@ TEST_F(ClusterTest, PdctlReportsHealthStatusAndDrains) {
 
   std::tie(code, out) = RunPdctl({"status", "--router=" + router}, dir);
   EXPECT_EQ(code, 0) << out;
-  EXPECT_THAT(out, ::testing::HasSubstr("pool prefill   1 workers"));
-  EXPECT_THAT(out, ::testing::HasSubstr("pool decode    1 workers"));
+  EXPECT_THAT(out, ::testing::HasSubstr("pool prefill   1 serving"));
+  EXPECT_THAT(out, ::testing::HasSubstr("pool decode    1 serving"));
   EXPECT_THAT(out, ::testing::ContainsRegex("prefill-0 +prefill +SERVING"));
   EXPECT_THAT(out, ::testing::ContainsRegex("decode-0 +decode +SERVING"));
 
