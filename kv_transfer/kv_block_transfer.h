@@ -1,0 +1,123 @@
+// Moving one request's KV blocks, layer by layer, and certifying them.
+//
+// The prefill side creates a KvTransferWriter for a KvTransferTarget that a
+// decode worker issued, calls WriteLayer(l) as soon as layer l is computed
+// (the write overlaps the remaining layers' compute), then Finish(): it waits
+// for every write to be complete at the destination and sends the completion
+// notice (a v1::KvTransferComplete with one XXH3-64 checksum per layer) under
+// the key transfer_id. The decode side claims the notice and runs
+// VerifyKvTransfer over its own copy of the bytes before decoding from them:
+// a mismatch is DATA_LOSS, never a silent success.
+//
+// What moves (proto/kv_transfer.proto): positions [first_token_position,
+// num_tokens) of the request, for each layer: in each block, K of the written
+// slots then V of the written slots. Blocks of a cached prefix and slots past
+// num_tokens are never written.
+//
+// Ownership: the writer borrows the transport and the local pool, which must
+// outlive it. Thread-safety: a writer is used from one thread at a time.
+#ifndef PDSERVE_KV_TRANSFER_KV_BLOCK_TRANSFER_H_
+#define PDSERVE_KV_TRANSFER_KV_BLOCK_TRANSFER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kv_transfer/kv_layout.h"
+#include "kv_transfer/transport.h"
+#include "proto/kv_transfer.pb.h"
+
+namespace pdserve::kv_transfer {
+
+// Positions [first, end) of a request whose blocks are `blocks`.
+struct WrittenRange {
+  uint32_t first = 0;
+  uint32_t end = 0;
+};
+
+// The extents that move `range` of `layer` from `local_blocks` (in a pool of
+// `local` geometry) to `remote_blocks` (pool of `remote` geometry).
+std::vector<Extent> LayerExtents(const KvGeometry& local,
+                                 absl::Span<const uint32_t> local_blocks,
+                                 const KvGeometry& remote,
+                                 absl::Span<const uint32_t> remote_blocks,
+                                 uint32_t layer, WrittenRange range);
+
+// XXH3-64 (seed 0) of `range` of `layer` in the pool at `pool`, in the byte
+// order defined for KvTransferComplete.layer_checksums.
+uint64_t LayerChecksum(const uint8_t* pool, const KvGeometry& geometry,
+                       absl::Span<const uint32_t> blocks, uint32_t layer,
+                       WrittenRange range);
+
+// Checks a completion notice against the target this decode worker issued
+// and the bytes now in its pool (`pool`, laid out as `geometry`).
+// DATA_LOSS naming the first layer whose checksum differs; INVALID_ARGUMENT
+// for a notice that does not describe the target.
+absl::Status VerifyKvTransfer(const v1::KvTransferComplete& notice,
+                              const v1::KvTransferTarget& target,
+                              const uint8_t* pool, const KvGeometry& geometry);
+
+struct KvTransferWriterOptions {
+  KvTransport* transport = nullptr;
+  // The prefill pool: its registered region, its bytes and its layout.
+  RegionId local_region = 0;
+  const uint8_t* local_pool = nullptr;
+  v1::KvLayout local_layout;
+  // The request's blocks in the prefill pool, in sequence order; as many as
+  // target.block_ids.
+  std::vector<uint32_t> local_block_ids;
+  // Where to write, as issued by the decode worker, and its region imported
+  // into `transport` (ImportPeerRegion(target.region)).
+  v1::KvTransferTarget target;
+  PeerRegionId remote_region = 0;
+  std::string prefill_worker_id;
+  // Every write and the notice must be complete by then.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+class KvTransferWriter {
+ public:
+  // FAILED_PRECONDITION when the layouts differ (other than pool size);
+  // INVALID_ARGUMENT for inconsistent block lists or positions.
+  static absl::StatusOr<std::unique_ptr<KvTransferWriter>> Create(
+      KvTransferWriterOptions options);
+  ~KvTransferWriter();  // Abort()s unless Finish() succeeded.
+
+  // Posts the writes of `layer` (each layer exactly once, any order) and
+  // checksums its source bytes.
+  absl::Status WriteLayer(uint32_t layer);
+
+  // Waits until every layer's writes are complete at the destination, then
+  // sends the completion notice and waits for it to be sent. Returns the
+  // notice. Every layer must have been written.
+  absl::StatusOr<v1::KvTransferComplete> Finish();
+
+  // Cancels whatever is in flight. Bytes already posted may still land: the
+  // decode worker must quarantine the blocks (writes_quiesced = false).
+  void Abort();
+
+  uint64_t bytes_posted() const { return bytes_posted_; }
+
+ private:
+  KvTransferWriter(KvTransferWriterOptions options, KvGeometry local,
+                   KvGeometry remote);
+
+  const KvTransferWriterOptions options_;
+  const KvGeometry local_;
+  const KvGeometry remote_;
+  const WrittenRange range_;
+  std::vector<OperationId> pending_;
+  std::vector<bool> layer_written_;
+  std::vector<uint64_t> checksums_;
+  uint64_t bytes_posted_ = 0;
+  absl::Time first_post_ = absl::InfiniteFuture();
+  bool finished_ = false;
+};
+
+}  // namespace pdserve::kv_transfer
+
+#endif  // PDSERVE_KV_TRANSFER_KV_BLOCK_TRANSFER_H_

@@ -1,0 +1,134 @@
+// UcxTransport: KvTransport over UCX (UCP), the default between processes.
+//
+// One UCP context and worker per transport (one per process in practice),
+// driven by one progress thread that makes every UCX call: the public methods
+// hand it commands and either wait for the answer (registration, import:
+// rare, short) or return at once (writes, notices). UCX itself therefore runs
+// single-threaded (UCS_THREAD_MODE_SINGLE) with no lock contention.
+//
+// Data path: ucp_put_nbx per coalesced extent from the registered local
+// region (ucp_mem_map) into the peer's region (packed rkey from its
+// descriptor), then ucp_ep_flush_nbx; a write is done when the flush
+// completes, i.e. when the bytes are in the remote memory. A notice is an
+// active message sent after a flush of the same endpoint, so it arrives
+// after every byte of the writes posted before it.
+//
+// Failures: endpoints use UCP_ERR_HANDLING_MODE_PEER with an error handler,
+// so a dead peer fails the pending operations (UNAVAILABLE) instead of
+// hanging them. An operation past its deadline fails with DEADLINE_EXCEEDED
+// and its endpoint is force-closed (the peer is stalled or gone), which also
+// guarantees no later byte of it lands; the next operation to that peer
+// reconnects. Cancel only marks the operation cancelled: bytes already
+// posted may still land (see transport.h).
+//
+// Transports are left to UCX (set UCX_TLS to restrict them, e.g. tcp); the
+// lanes each endpoint uses are logged, so a fallback to TCP is visible.
+// Nothing here is host-only: CUDA regions are registered with their memory
+// type, and RDMA transports are used where UCX finds them.
+//
+// Thread-safety: all public methods are thread-safe. Destruction must not
+// race with other calls.
+#ifndef PDSERVE_KV_TRANSFER_UCX_TRANSPORT_H_
+#define PDSERVE_KV_TRANSFER_UCX_TRANSPORT_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "kv_transfer/notice_mailbox.h"
+#include "kv_transfer/operation_table.h"
+#include "kv_transfer/transport.h"
+
+namespace pdserve::kv_transfer {
+
+struct UcxTransportOptions {
+  // Names this transport in logs and region ids.
+  std::string name = "ucx";
+  // While no operation is in flight the progress thread sleeps on UCX's
+  // wakeup events; this bounds the sleep for transports without events.
+  absl::Duration idle_poll_interval = absl::Milliseconds(1);
+};
+
+class UcxTransport final : public KvTransport {
+ public:
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(
+      const UcxTransportOptions& options);
+  ~UcxTransport() override;
+
+  v1::TransportKind kind() const override { return v1::TRANSPORT_KIND_UCX; }
+  absl::StatusOr<RegionId> RegisterRegion(void* base, uint64_t length,
+                                          v1::MemoryKind memory_kind,
+                                          int device_id) override;
+  absl::Status DeregisterRegion(RegionId region) override;
+  absl::StatusOr<v1::MemoryRegionDescriptor> ExportRegion(
+      RegionId region) override;
+  absl::StatusOr<PeerRegionId> ImportPeerRegion(
+      const v1::MemoryRegionDescriptor& descriptor) override;
+  absl::Status ReleasePeerRegion(PeerRegionId peer) override;
+  absl::StatusOr<OperationId> PostWrite(const WriteRequest& request) override;
+  absl::StatusOr<OperationId> PostNotice(PeerRegionId remote_region,
+                                         const std::string& key,
+                                         const std::string& payload,
+                                         absl::Time deadline) override;
+  OperationStatus Poll(OperationId op) override { return operations_.Poll(op); }
+  absl::Status Wait(OperationId op, absl::Time deadline) override {
+    return operations_.Wait(op, deadline);
+  }
+  void Cancel(OperationId op) override;
+  absl::StatusOr<std::string> AwaitNotice(const std::string& key,
+                                          absl::Time deadline) override {
+    return mailbox_.Await(key, deadline);
+  }
+
+  // The UCX lanes (transports and devices) used to reach `peer`'s process,
+  // e.g. "rma_bw: posix/memory; am: tcp/lo".
+  absl::StatusOr<std::string> DescribeConnection(PeerRegionId peer);
+
+  // Counts of live UCX resources, for leak tests.
+  struct ResourceCounts {
+    size_t regions = 0;
+    size_t peer_regions = 0;
+    size_t connections = 0;
+    size_t pending_operations = 0;
+  };
+  ResourceCounts resource_counts();
+
+ private:
+  struct State;  // Everything UCX; touched only on the progress thread.
+
+  explicit UcxTransport(const UcxTransportOptions& options);
+  absl::Status Start();
+
+  // Runs `command` on the progress thread; RunAndWait blocks until it ran.
+  void Enqueue(std::function<void(State&)> command);
+  void RunAndWait(std::function<void(State&)> command);
+  void ProgressLoop();
+
+  const UcxTransportOptions options_;
+  OperationTable operations_;
+  NoticeMailbox mailbox_;
+  std::unique_ptr<State> state_;
+  std::thread progress_thread_;
+  int wake_fd_ = -1;  // eventfd: new commands.
+
+  // Sizes of live regions, so PostWrite validates extents without a round
+  // trip to the progress thread.
+  absl::Mutex sizes_mutex_;
+  absl::flat_hash_map<RegionId, uint64_t> region_sizes_
+      ABSL_GUARDED_BY(sizes_mutex_);
+  absl::flat_hash_map<PeerRegionId, uint64_t> peer_sizes_
+      ABSL_GUARDED_BY(sizes_mutex_);
+
+  absl::Mutex queue_mutex_;
+  std::deque<std::function<void(State&)>> queue_ ABSL_GUARDED_BY(queue_mutex_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mutex_) = false;
+};
+
+}  // namespace pdserve::kv_transfer
+
+#endif  // PDSERVE_KV_TRANSFER_UCX_TRANSPORT_H_
