@@ -182,6 +182,21 @@ absl::Status KvTransferWriter::WriteLayer(uint32_t layer) {
     return absl::InvalidArgumentError(
         absl::StrCat("layer ", layer, " is out of range or already written"));
   }
+  // Fail fast: if an earlier layer's write already failed (dead peer), stop
+  // here rather than after computing and posting every remaining layer.
+  std::vector<OperationId> running;
+  for (OperationId op : pending_) {
+    const OperationStatus status = options_.transport->Poll(op);
+    if (status.state == OperationState::kFailed) {
+      Abort();
+      return absl::Status(status.status.code(),
+                          absl::StrCat("transfer ",
+                                       options_.target.transfer_id(), ": ",
+                                       status.status.message()));
+    }
+    if (status.state == OperationState::kInProgress) running.push_back(op);
+  }
+  pending_ = std::move(running);
   layer_written_[layer] = true;
   const std::vector<uint32_t> remote_blocks(options_.target.block_ids().begin(),
                                             options_.target.block_ids().end());

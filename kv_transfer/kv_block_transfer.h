@@ -88,7 +88,8 @@ class KvTransferWriter {
   ~KvTransferWriter();  // Abort()s unless Finish() succeeded.
 
   // Posts the writes of `layer` (each layer exactly once, any order) and
-  // checksums its source bytes.
+  // checksums its source bytes. Fails (and aborts the transfer) if a write
+  // posted earlier has failed.
   absl::Status WriteLayer(uint32_t layer);
 
   // Waits until every layer's writes are complete at the destination, then

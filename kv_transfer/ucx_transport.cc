@@ -25,15 +25,16 @@ namespace {
 // Active-message id of notices.
 constexpr unsigned kNoticeAmId = 17;
 
+// After an endpoint fails, how long new operations to that peer fail at once
+// before a reconnection is tried.
+constexpr absl::Duration kReconnectBackoff = absl::Seconds(1);
+
 absl::Status UcxError(absl::string_view what, ucs_status_t status) {
   const std::string message =
       absl::StrCat(what, ": ", ucs_status_string(status));
   switch (status) {
     case UCS_ERR_CANCELED:
       return absl::CancelledError(message);
-    case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-      return absl::DeadlineExceededError(message);
     case UCS_ERR_NO_MEMORY:
     case UCS_ERR_EXCEEDS_LIMIT:
       return absl::ResourceExhaustedError(message);
@@ -96,6 +97,11 @@ struct UcxTransport::State {
     ucp_ep_h ep = nullptr;
     uint64_t generation = 0;  // Changes whenever the ep is recreated.
     std::string lanes;
+    // Why and when the last endpoint failed. Operations posted within
+    // kReconnectBackoff of a failure fail at once with it, instead of
+    // hammering a dead peer with connection attempts.
+    absl::Status failure;
+    absl::Time failed_at = absl::InfinitePast();
   };
 
   // One posted write or notice whose UCX requests are outstanding.
@@ -147,6 +153,9 @@ struct UcxTransport::State {
     }
     Connection* connection = slot.get();
     if (connection->ep != nullptr) return connection;
+    if (absl::Now() - connection->failed_at < kReconnectBackoff) {
+      return connection->failure;
+    }
     ucp_ep_params_t params = {};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -188,6 +197,8 @@ struct UcxTransport::State {
     }
     eps_to_close.push_back(connection->ep);
     connection->ep = nullptr;
+    connection->failure = why;
+    connection->failed_at = absl::Now();
   }
 
   void CloseScheduledEndpoints() {
