@@ -189,10 +189,10 @@ absl::Status KvTransferWriter::WriteLayer(uint32_t layer) {
     const OperationStatus status = options_.transport->Poll(op);
     if (status.state == OperationState::kFailed) {
       Abort();
-      return absl::Status(status.status.code(),
-                          absl::StrCat("transfer ",
-                                       options_.target.transfer_id(), ": ",
-                                       status.status.message()));
+      return absl::Status(
+          status.status.code(),
+          absl::StrCat("transfer ", options_.target.transfer_id(), ": ",
+                       status.status.message()));
     }
     if (status.state == OperationState::kInProgress) running.push_back(op);
   }

@@ -25,6 +25,9 @@ namespace {
 // Active-message id of notices.
 constexpr unsigned kNoticeAmId = 17;
 
+// How long a transport keeps progressing after destruction starts.
+constexpr absl::Duration kShutdownLinger = absl::Milliseconds(50);
+
 // After an endpoint fails, how long new operations to that peer fail at once
 // before a reconnection is tried.
 constexpr absl::Duration kReconnectBackoff = absl::Seconds(1);
@@ -497,6 +500,10 @@ absl::Status UcxTransport::Start() {
 
 UcxTransport::~UcxTransport() {
   if (progress_thread_.joinable()) {
+    // Let the progress thread answer what peers sent last (replies to their
+    // writes, handshakes) before it stops: UCX 1.13 aborts in
+    // ucp_worker_destroy when such exchanges are cut short.
+    absl::SleepFor(kShutdownLinger);
     {
       absl::MutexLock lock(&queue_mutex_);
       stopping_ = true;
@@ -514,23 +521,39 @@ UcxTransport::~UcxTransport() {
     if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
   }
   s.peers.clear();
-  for (auto& [address, connection] : s.connections) {
-    if (connection->ep != nullptr) s.eps_to_close.push_back(connection->ep);
-    connection->ep = nullptr;
-  }
   if (s.worker != nullptr) {
+    // Healthy endpoints close gracefully (flush), so the peer sees an orderly
+    // disconnect; failed ones were already force-closed.
+    for (auto& [address, connection] : s.connections) {
+      if (connection->ep == nullptr) continue;
+      ucp_request_param_t param = {};
+      void* request = ucp_ep_close_nbx(connection->ep, &param);
+      if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+        s.closing.push_back(request);
+      }
+      connection->ep = nullptr;
+    }
     s.CloseScheduledEndpoints();
-    // Let forced closes (and the requests they cancel) finish.
+    // Let closes, cancelled requests and any connection handshake still in
+    // flight (a peer that just connected to us) finish: UCX 1.13 asserts if
+    // a worker is destroyed with wireup messages pending. Bounded, so a dead
+    // peer cannot hold shutdown.
     const absl::Time give_up = absl::Now() + absl::Seconds(2);
-    while ((!s.closing.empty() || !s.ops.empty()) && absl::Now() < give_up) {
-      ucp_worker_progress(s.worker);
+    absl::Time quiet_since = absl::Now();
+    while (absl::Now() < give_up) {
+      if (ucp_worker_progress(s.worker) != 0) quiet_since = absl::Now();
       s.CloseScheduledEndpoints();
+      if (s.closing.empty() && s.ops.empty() &&
+          absl::Now() - quiet_since > absl::Milliseconds(50)) {
+        break;
+      }
     }
   }
   s.ops.clear();
   s.connections.clear();
   for (auto& [id, region] : s.regions) ucp_mem_unmap(s.context, region->memh);
   s.regions.clear();
+  PD_LOG(DEBUG) << options_.name << ": destroying the UCX worker";
   if (s.worker != nullptr) ucp_worker_destroy(s.worker);
   if (s.context != nullptr) ucp_cleanup(s.context);
   if (s.epoll_fd >= 0) ::close(s.epoll_fd);
