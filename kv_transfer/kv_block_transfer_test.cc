@@ -155,11 +155,13 @@ class KvBlockTransferTest : public ::testing::TestWithParam<Backend> {
 
   absl::Time Soon() { return absl::Now() + absl::Seconds(20); }
 
+  // The pools are declared first so they outlive the transports: a
+  // cancelled write may still read its source until the transport is gone.
+  std::vector<uint8_t> prefill_pool_, decode_pool_, original_decode_pool_;
   std::unique_ptr<FaultInjectingTransport> writer_;
   std::unique_ptr<KvTransport> receiver_;
   KvGeometry prefill_geometry_ = *KvGeometry::FromProto(Layout(1));
   KvGeometry decode_geometry_ = *KvGeometry::FromProto(Layout(1));
-  std::vector<uint8_t> prefill_pool_, decode_pool_, original_decode_pool_;
   RegionId prefill_region_ = 0, decode_region_ = 0;
   PeerRegionId remote_region_ = 0;
   v1::KvTransferTarget target_;

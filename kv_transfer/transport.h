@@ -123,7 +123,9 @@ class KvTransport {
 
   // Stops an operation; it finishes as CANCELLED (or as what it already
   // finished with). Idempotent. See the failure contract above about bytes
-  // already in flight.
+  // already in flight: the source region stays in use until they are done
+  // (DeregisterRegion refuses until then), so its memory must outlive the
+  // operation or the transport.
   virtual void Cancel(OperationId op) = 0;
 
   // Receiver side: the payload of the notice posted under `key`, waiting up

@@ -61,11 +61,13 @@ class TransportTest : public ::testing::TestWithParam<Backend> {
   absl::Time Deadline() { return absl::Now() + absl::Seconds(20); }
 
   static constexpr size_t kPoolBytes = 4 << 20;
-  std::unique_ptr<KvTransport> writer_;
-  std::unique_ptr<KvTransport> receiver_;
+  // Declared before the transports so they outlive them: a cancelled write
+  // may still read its source until its transport is gone.
   std::vector<uint8_t> source_;
   std::vector<uint8_t> destination_;
   std::vector<uint8_t> original_destination_;
+  std::unique_ptr<KvTransport> writer_;
+  std::unique_ptr<KvTransport> receiver_;
   RegionId source_region_ = 0;
   RegionId destination_region_ = 0;
   v1::MemoryRegionDescriptor descriptor_;
