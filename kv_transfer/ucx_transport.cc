@@ -508,8 +508,7 @@ UcxTransport::~UcxTransport() {
       absl::MutexLock lock(&queue_mutex_);
       stopping_ = true;
     }
-    const uint64_t one = 1;
-    (void)::write(wake_fd_, &one, sizeof(one));
+    Wake();
     progress_thread_.join();
   }
   State& s = *state_;
@@ -565,8 +564,14 @@ void UcxTransport::Enqueue(std::function<void(State&)> command) {
     absl::MutexLock lock(&queue_mutex_);
     queue_.push_back(std::move(command));
   }
+  Wake();
+}
+
+void UcxTransport::Wake() {
   const uint64_t one = 1;
-  (void)::write(wake_fd_, &one, sizeof(one));
+  // An eventfd write only fails when the counter would overflow, in which
+  // case the thread is awake anyway.
+  if (::write(wake_fd_, &one, sizeof(one)) != sizeof(one)) return;
 }
 
 void UcxTransport::RunAndWait(std::function<void(State&)> command) {
@@ -605,7 +610,9 @@ void UcxTransport::ProgressLoop() {
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == wake_fd_) {
         uint64_t value;
-        (void)::read(wake_fd_, &value, sizeof(value));
+        if (::read(wake_fd_, &value, sizeof(value)) != sizeof(value)) {
+          continue;  // Nothing to drain (EAGAIN).
+        }
       }
     }
   }

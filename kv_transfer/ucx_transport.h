@@ -107,6 +107,8 @@ class UcxTransport final : public KvTransport {
   // Runs `command` on the progress thread; RunAndWait blocks until it ran.
   void Enqueue(std::function<void(State&)> command);
   void RunAndWait(std::function<void(State&)> command);
+  // Wakes the progress thread from its idle sleep.
+  void Wake();
   void ProgressLoop();
 
   const UcxTransportOptions options_;
