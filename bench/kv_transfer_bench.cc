@@ -31,14 +31,15 @@
 #include <fstream>
 #include <iostream>
 #include <numeric>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/local_cluster.h"
 #include "common/log.h"
@@ -202,15 +203,16 @@ double PerftestGbps(uint64_t bytes, const std::string& dir) {
     if (!client_process.ok()) return 0;
     (void)(*client_process)->Wait(absl::Seconds(120));
     (void)(*server_process)->Wait(absl::Seconds(5));
-    // "Final: iters 50%ile avg overall bw_avg bw_overall rate_avg rate_all"
+    // "Final: iters 50%ile avg overall bw_avg(MB/s) bw_overall rate rate"
     std::ifstream in(log);
     std::string line;
     while (std::getline(in, line)) {
-      std::smatch m;
-      static const std::regex kFinal(
-          R"(Final:\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+))");
-      if (std::regex_search(line, m, kFinal)) {
-        results.push_back(std::stod(m[1]) * 1024 * 1024 / 1e9);  // MB/s.
+      const std::vector<std::string> fields =
+          absl::StrSplit(line, ' ', absl::SkipEmpty());
+      double mb_per_s = 0;
+      if (fields.size() >= 6 && fields[0] == "Final:" &&
+          absl::SimpleAtod(fields[5], &mb_per_s)) {
+        results.push_back(mb_per_s * 1024 * 1024 / 1e9);
       }
     }
   }
