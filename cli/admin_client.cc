@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/admin.grpc.pb.h"
+#include "proto/enum_names.h"
 #include "rpc/status_conversion.h"
 
 namespace pdserve::cli {
@@ -31,34 +32,6 @@ absl::StatusOr<Response> Call(const std::string& router_address,
                                                    ": ", error.message()));
   }
   return response;
-}
-
-std::string ShortRole(v1::WorkerRole role) {
-  switch (role) {
-    case v1::WORKER_ROLE_PREFILL:
-      return "prefill";
-    case v1::WORKER_ROLE_DECODE:
-      return "decode";
-    case v1::WORKER_ROLE_BOTH:
-      return "colocated";
-    default:
-      return "?";
-  }
-}
-
-std::string ShortState(v1::WorkerState state) {
-  switch (state) {
-    case v1::WORKER_STATE_STARTING:
-      return "STARTING";
-    case v1::WORKER_STATE_SERVING:
-      return "SERVING";
-    case v1::WORKER_STATE_DRAINING:
-      return "DRAINING";
-    case v1::WORKER_STATE_DEAD:
-      return "DEAD";
-    default:
-      return "?";
-  }
 }
 
 }  // namespace
@@ -96,7 +69,7 @@ std::string FormatStatus(const v1::ListPoolsResponse& pools,
   for (const v1::PoolInfo& pool : pools.pools()) {
     absl::StrAppendFormat(&out,
                           "pool %-9s %u serving, %u starting, %u draining\n",
-                          ShortRole(pool.role()), pool.current_size(),
+                          ShortRoleName(pool.role()), pool.current_size(),
                           pool.starting(), pool.draining());
   }
   absl::StrAppendFormat(&out, "\n%-22s %-9s %-9s %-21s %9s %11s %8s\n",
@@ -108,8 +81,8 @@ std::string FormatStatus(const v1::ListPoolsResponse& pools,
                                : absl::StrCat(w.load().free_kv_blocks(), "/",
                                               w.load().total_kv_blocks());
     absl::StrAppendFormat(&out, "%-22s %-9s %-9s %-21s %9u %11s %6ums\n",
-                          w.worker_id(), ShortRole(w.role()),
-                          ShortState(w.state()), w.grpc_address(),
+                          w.worker_id(), ShortRoleName(w.role()),
+                          ShortStateName(w.state()), w.grpc_address(),
                           w.inflight_requests(), kv, w.last_heartbeat_age_ms());
   }
   if (workers.workers().empty()) out += "(no workers registered)\n";

@@ -27,22 +27,25 @@
 // ranks on one device), so writer and receiver use different devices.
 //
 // Wire protocol (per communicator, writer -> receiver, in stream order):
-//   1. a 64-byte header: magic "PDKV", version, kind (WRITE, NOTICE or
-//      CLOSE), message sequence number (0, 1, 2, ... per communicator),
+//   1. a 64-byte header: magic "PDKV", version, kind (HELLO, WRITE, NOTICE
+//      or CLOSE), message sequence number (0, 1, 2, ... per communicator),
 //      operation id, body size, and the extent count (WRITE) or key and
 //      payload sizes (NOTICE);
-//   2. unless CLOSE, a body of exactly the announced size: WRITE, an array
-//      of {remote_offset, length} (2 x uint64, host byte order); NOTICE,
-//      the key bytes followed by the payload bytes;
+//   2. for WRITE and NOTICE, a body of exactly the announced size: WRITE,
+//      an array of {remote_offset, length} (2 x uint64, host byte order);
+//      NOTICE, the key bytes followed by the payload bytes;
 //   3. WRITE only: one ncclSend per extent (extents over 1 GiB in 1 GiB
 //      pieces), from local base + local_offset, inside one
 //      ncclGroupStart/End; the receiver posts the matching ncclRecv into
 //      region base + remote_offset in one group, in the same order.
-// A write with more than kMaxExtentsPerMessage coalesced extents goes as
-// several such messages. The receiver checks every header and body before
-// receiving anything into the region (magic, version, sequence, sizes, every
-// extent inside the exported region); a violation is a protocol error: it
-// logs it and aborts the communicator (the writer's operations then fail).
+// HELLO (message 0, sent by ImportPeerRegion) makes NCCL set up its
+// point-to-point connection before the import returns; CLOSE (sent when an
+// idle peer is released) ends the receiver's export. A write with more than
+// kMaxExtentsPerMessage coalesced extents goes as several such messages.
+// The receiver checks every header and body before receiving anything into
+// the region (magic, version, sequence, sizes, every extent inside the
+// exported region); a violation is a protocol error: it logs it and aborts
+// the communicator (the writer's operations then fail).
 // Headers and bodies pass through small staging buffers (device memory for
 // NCCL, pinned host memory for the CPU side), allocated once in Create().
 //
@@ -70,7 +73,10 @@
 // for it). Device-wide synchronization (cudaDeviceSynchronize, and cudaFree,
 // which synchronizes the device) waits for that kernel, i.e. until the writer
 // sends or the export ends. Allocate device memory up front (or with the
-// stream-ordered allocator) in processes that export.
+// stream-ordered allocator) in processes that export. For the same reason
+// NCCL warns that several communicators on one device can deadlock when one
+// of them makes a device-synchronizing call; the transport itself allocates
+// and frees its CUDA memory only in Create() and the destructor.
 //
 // Ownership: registered memory stays the caller's and must outlive its
 // registration; a source region also outlives its operations (DeregisterRegion
@@ -142,8 +148,9 @@ class NcclTransport final : public KvTransport {
   absl::Status DeregisterRegion(RegionId region) override;
   absl::StatusOr<v1::MemoryRegionDescriptor> ExportRegion(
       RegionId region) override;
-  // Blocks until the communicator is up (at most connect_timeout):
-  // DEADLINE_EXCEEDED if it is not, UNAVAILABLE on an NCCL error.
+  // Blocks until the communicator is up and the HELLO has been sent (at most
+  // connect_timeout): DEADLINE_EXCEEDED if not, UNAVAILABLE on an NCCL error.
+  // FAILED_PRECONDITION if this transport already imported the descriptor.
   absl::StatusOr<PeerRegionId> ImportPeerRegion(
       const v1::MemoryRegionDescriptor& descriptor) override;
   // Ends the communicator (gracefully when idle: the receiver's export then
@@ -183,7 +190,9 @@ class NcclTransport final : public KvTransport {
   void ReapExports() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // A writer operation is over: its local region is no longer in use.
   void ReleaseRegionUse(RegionId region);
-  absl::StatusOr<OperationId> Enqueue(PeerRegionId remote,
+  // Hands `op` to `peer`'s thread (or fails it at once if the peer's
+  // communicator is gone).
+  absl::StatusOr<OperationId> Enqueue(const std::shared_ptr<Peer>& peer,
                                       std::unique_ptr<WriterOp> op,
                                       absl::Time deadline);
 

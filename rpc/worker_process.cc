@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/termination_signal.h"
+#include "proto/enum_names.h"
 #include "rpc/membership_client.h"
 #include "rpc/server.h"
 
@@ -33,23 +34,10 @@ ABSL_FLAG(int32_t, drain_timeout_ms, 30000,
 namespace pdserve::rpc {
 namespace {
 
-const char* RoleName(v1::WorkerRole role) {
-  switch (role) {
-    case v1::WORKER_ROLE_PREFILL:
-      return "prefill";
-    case v1::WORKER_ROLE_DECODE:
-      return "decode";
-    case v1::WORKER_ROLE_BOTH:
-      return "colocated";
-    default:
-      return "worker";
-  }
-}
-
 std::string DefaultWorkerId(v1::WorkerRole role) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(RoleName(role), "-", host, "-", ::getpid());
+  return absl::StrCat(ShortRoleName(role), "-", host, "-", ::getpid());
 }
 
 // Drain state shared by the membership thread (router DRAIN command) and
@@ -136,7 +124,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     std::ofstream(port_file + ".tmp") << (*server)->port() << "\n";
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }
-  PD_LOG(INFO) << RoleName(options.role) << " worker " << worker_id
+  PD_LOG(INFO) << ShortRoleName(options.role) << " worker " << worker_id
                << " serving on " << (*server)->address();
 
   // Wait for SIGTERM/SIGINT or a router drain command.
