@@ -1,5 +1,6 @@
 #include "decode_worker/kv_admissions.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -99,9 +100,10 @@ absl::Status KvAdmissions::Release(const std::string& transfer_id,
     return absl::NotFoundError(absl::StrCat("no admission ", transfer_id));
   }
   std::vector<engine::BlockId> blocks = std::move(it->second.blocks);
+  const absl::Time expiry = it->second.expires;
   admissions_.erase(it);
   if (writes_quiesced) return pool_->Release(blocks);
-  QuarantineLocked(std::move(blocks), now);
+  QuarantineLocked(std::move(blocks), expiry, now);
   return absl::OkStatus();
 }
 
@@ -126,9 +128,11 @@ int KvAdmissions::ReleaseRequest(const std::string& request_id,
 }
 
 void KvAdmissions::QuarantineLocked(std::vector<engine::BlockId> blocks,
+                                    absl::Time admission_expiry,
                                     absl::Time now) {
   quarantine_.push_back(
-      Quarantined{std::move(blocks), now + options_.quarantine});
+      Quarantined{std::move(blocks),
+                  std::max(now, admission_expiry) + options_.quarantine});
 }
 
 std::vector<std::string> KvAdmissions::Expire(absl::Time now) {
@@ -137,7 +141,7 @@ std::vector<std::string> KvAdmissions::Expire(absl::Time now) {
   for (auto it = admissions_.begin(); it != admissions_.end();) {
     if (it->second.expires <= now) {
       expired.push_back(it->first);
-      QuarantineLocked(std::move(it->second.blocks), now);
+      QuarantineLocked(std::move(it->second.blocks), it->second.expires, now);
       admissions_.erase(it++);
     } else {
       ++it;

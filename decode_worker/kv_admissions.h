@@ -11,9 +11,11 @@
 //             if no write can still land (writes_quiesced), else quarantined;
 //   expiry    the writer never completed within the admission's time to
 //             live: the blocks are quarantined (a late write may still land).
-// Quarantined blocks return to the pool after `quarantine`, when any write
-// from a dead or stalled writer has certainly stopped (the transport's
-// deadline has passed), so a late write can never corrupt another request.
+// Quarantined blocks return to the pool `quarantine` after the admission's
+// own time to live has run out: writers cap their deadline at the target's
+// expires_in_ms (KvTransferWriter), so by then any write from a dead or
+// stalled writer has failed, and a late write can never corrupt another
+// request.
 // Nothing is ever stranded: Expire() is the backstop for every path.
 //
 // Time is passed in (`now`), so expiry is deterministic in tests.
@@ -109,7 +111,8 @@ class KvAdmissions {
   KvAdmissions(const KvAdmissionsOptions& options, engine::BlockPool* pool)
       : options_(options), pool_(pool) {}
 
-  void QuarantineLocked(std::vector<engine::BlockId> blocks, absl::Time now)
+  void QuarantineLocked(std::vector<engine::BlockId> blocks,
+                        absl::Time admission_expiry, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const KvAdmissionsOptions options_;

@@ -155,7 +155,10 @@ OperationStatus FaultInjectingTransport::Poll(OperationId op) {
         operations_.Complete(op, pending.failure);
         pending_.erase(it);
       } else if (now >= pending.deadline) {
-        for (OperationId inner_op : pending.inner_ops) inner_->Cancel(inner_op);
+        for (OperationId inner_op : pending.inner_ops) {
+          inner_->Cancel(inner_op);
+          (void)inner_->Poll(inner_op);  // Forget it in the inner table.
+        }
         operations_.Complete(
             op, absl::DeadlineExceededError(absl::StrCat(
                     "operation ", op, " did not complete by its deadline")));
@@ -183,7 +186,10 @@ void FaultInjectingTransport::Cancel(OperationId op) {
   absl::MutexLock lock(&mutex_);
   auto it = pending_.find(op);
   if (it == pending_.end()) return;
-  for (OperationId inner_op : it->second.inner_ops) inner_->Cancel(inner_op);
+  for (OperationId inner_op : it->second.inner_ops) {
+    inner_->Cancel(inner_op);
+    (void)inner_->Poll(inner_op);  // Forget it in the inner table.
+  }
   operations_.Complete(op, absl::CancelledError("cancelled"));
   pending_.erase(it);
 }

@@ -25,8 +25,9 @@
 namespace pdserve::kv_transfer {
 
 struct TransportFaults {
-  // Every write and notice takes at least this long to complete (its
-  // deadline still applies: a delay past it is a DEADLINE_EXCEEDED).
+  // Every write and notice is reported complete no sooner than this (its
+  // deadline still applies: a delay past it is a DEADLINE_EXCEEDED). Only
+  // the report is delayed; the bytes move at the inner transport's pace.
   absl::Duration delay = absl::ZeroDuration();
   // Writes report success but move no bytes.
   bool drop_writes = false;

@@ -171,13 +171,20 @@ KvTransferWriter::KvTransferWriter(KvTransferWriterOptions options,
       range_{options_.target.first_token_position(),
              options_.target.num_tokens()},
       layer_written_(local_.layout().num_layers(), false),
-      checksums_(local_.layout().num_layers(), 0) {}
+      checksums_(local_.layout().num_layers(), 0),
+      deadline_(
+          options_.target.expires_in_ms() == 0
+              ? options_.deadline
+              : std::min(options_.deadline,
+                         absl::Now() + absl::Milliseconds(
+                                           options_.target.expires_in_ms()))) {}
 
 KvTransferWriter::~KvTransferWriter() {
   if (!finished_) Abort();
 }
 
 absl::Status KvTransferWriter::WriteLayer(uint32_t layer) {
+  if (!failure_.ok()) return failure_;
   if (layer >= layer_written_.size() || layer_written_[layer]) {
     return absl::InvalidArgumentError(
         absl::StrCat("layer ", layer, " is out of range or already written"));
@@ -188,16 +195,12 @@ absl::Status KvTransferWriter::WriteLayer(uint32_t layer) {
   for (OperationId op : pending_) {
     const OperationStatus status = options_.transport->Poll(op);
     if (status.state == OperationState::kFailed) {
-      Abort();
-      return absl::Status(
-          status.status.code(),
-          absl::StrCat("transfer ", options_.target.transfer_id(), ": ",
-                       status.status.message()));
+      Fail(status.status);
+      return failure_;
     }
     if (status.state == OperationState::kInProgress) running.push_back(op);
   }
   pending_ = std::move(running);
-  layer_written_[layer] = true;
   const std::vector<uint32_t> remote_blocks(options_.target.block_ids().begin(),
                                             options_.target.block_ids().end());
   WriteRequest request;
@@ -205,19 +208,24 @@ absl::Status KvTransferWriter::WriteLayer(uint32_t layer) {
   request.remote_region = options_.remote_region;
   request.extents = LayerExtents(local_, options_.local_block_ids, remote_,
                                  remote_blocks, layer, range_);
-  request.deadline = options_.deadline;
+  request.deadline = deadline_;
   checksums_[layer] = LayerChecksum(options_.local_pool, local_,
                                     options_.local_block_ids, layer, range_);
+  layer_written_[layer] = true;
   if (request.extents.empty()) return absl::OkStatus();  // Fully cached.
   if (first_post_ == absl::InfiniteFuture()) first_post_ = absl::Now();
-  PD_ASSIGN_OR_RETURN(const OperationId op,
-                      options_.transport->PostWrite(request));
-  pending_.push_back(op);
+  absl::StatusOr<OperationId> op = options_.transport->PostWrite(request);
+  if (!op.ok()) {
+    Fail(op.status());
+    return failure_;
+  }
+  pending_.push_back(*op);
   bytes_posted_ += TotalBytes(request.extents);
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::KvTransferComplete> KvTransferWriter::Finish() {
+  if (!failure_.ok()) return failure_;
   for (size_t layer = 0; layer < layer_written_.size(); ++layer) {
     if (!layer_written_[layer]) {
       return absl::FailedPreconditionError(
@@ -226,13 +234,10 @@ absl::StatusOr<v1::KvTransferComplete> KvTransferWriter::Finish() {
   }
   while (!pending_.empty()) {
     const absl::Status status =
-        options_.transport->Wait(pending_.back(), options_.deadline);
+        options_.transport->Wait(pending_.back(), deadline_);
     if (!status.ok()) {
-      Abort();
-      return absl::Status(
-          status.code(),
-          absl::StrCat("transfer ", options_.target.transfer_id(), ": ",
-                       status.message()));
+      Fail(status);
+      return failure_;
     }
     pending_.pop_back();
   }
@@ -251,13 +256,30 @@ absl::StatusOr<v1::KvTransferComplete> KvTransferWriter::Finish() {
       first_post_ == absl::InfiniteFuture()
           ? 0.0
           : absl::ToDoubleMilliseconds(absl::Now() - first_post_));
-  PD_ASSIGN_OR_RETURN(const OperationId op,
-                      options_.transport->PostNotice(
-                          options_.remote_region, options_.target.transfer_id(),
-                          notice.SerializeAsString(), options_.deadline));
-  PD_RETURN_IF_ERROR(options_.transport->Wait(op, options_.deadline));
+  absl::StatusOr<OperationId> op = options_.transport->PostNotice(
+      options_.remote_region, options_.target.transfer_id(),
+      notice.SerializeAsString(), deadline_);
+  if (!op.ok()) {
+    Fail(op.status());
+    return failure_;
+  }
+  if (const absl::Status sent = options_.transport->Wait(*op, deadline_);
+      !sent.ok()) {
+    pending_.push_back(*op);  // Cancelled with the rest: never sent late.
+    Fail(sent);
+    return failure_;
+  }
   finished_ = true;
   return notice;
+}
+
+void KvTransferWriter::Fail(const absl::Status& status) {
+  if (failure_.ok()) {
+    failure_ = absl::Status(
+        status.code(), absl::StrCat("transfer ", options_.target.transfer_id(),
+                                    ": ", status.message()));
+  }
+  Abort();
 }
 
 void KvTransferWriter::Abort() {
@@ -265,6 +287,10 @@ void KvTransferWriter::Abort() {
   for (OperationId op : pending_) (void)options_.transport->Poll(op);
   pending_.clear();
   finished_ = true;
+  if (failure_.ok()) {
+    failure_ = absl::AbortedError(absl::StrCat(
+        "transfer ", options_.target.transfer_id(), " was aborted"));
+  }
 }
 
 }  // namespace pdserve::kv_transfer

@@ -75,7 +75,9 @@ struct KvTransferWriterOptions {
   v1::KvTransferTarget target;
   PeerRegionId remote_region = 0;
   std::string prefill_worker_id;
-  // Every write and the notice must be complete by then.
+  // Every write and the notice must be complete by then. Capped at
+  // target.expires_in_ms from Create(): past the admission's life the decode
+  // worker reuses the blocks, so no write may still be running.
   absl::Time deadline = absl::InfiniteFuture();
 };
 
@@ -99,6 +101,7 @@ class KvTransferWriter {
 
   // Cancels whatever is in flight. Bytes already posted may still land: the
   // decode worker must quarantine the blocks (writes_quiesced = false).
+  // After Abort (or any failure) WriteLayer and Finish refuse to continue.
   void Abort();
 
   uint64_t bytes_posted() const { return bytes_posted_; }
@@ -106,6 +109,8 @@ class KvTransferWriter {
  private:
   KvTransferWriter(KvTransferWriterOptions options, KvGeometry local,
                    KvGeometry remote);
+  // Records the first failure (prefixed with the transfer id) and aborts.
+  void Fail(const absl::Status& status);
 
   const KvTransferWriterOptions options_;
   const KvGeometry local_;
@@ -116,7 +121,10 @@ class KvTransferWriter {
   std::vector<uint64_t> checksums_;
   uint64_t bytes_posted_ = 0;
   absl::Time first_post_ = absl::InfiniteFuture();
+  absl::Time deadline_;
   bool finished_ = false;
+  // Set by the first failure or Abort; every later call returns it.
+  absl::Status failure_;
 };
 
 }  // namespace pdserve::kv_transfer

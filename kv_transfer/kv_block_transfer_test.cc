@@ -256,6 +256,46 @@ TEST_P(KvBlockTransferTest, AStalledTransferFailsAtItsDeadline) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+TEST_P(KvBlockTransferTest, TheAdmissionsLifeCapsTheWritersDeadline) {
+  // The decode worker reuses the blocks once the admission ends, so a writer
+  // must give up by then even when its caller allowed more.
+  TransportFaults faults;
+  faults.delay = absl::Seconds(30);
+  writer_->set_faults(faults);
+  KvTransferWriterOptions options = Options();
+  options.target.set_expires_in_ms(300);
+  options.deadline = absl::Now() + absl::Seconds(60);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(Transfer(std::move(options)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST_P(KvBlockTransferTest, AFailedWriterRefusesToGoOn) {
+  TransportFaults faults;
+  faults.fail_after_bytes = 100;
+  writer_->set_faults(faults);
+  auto writer = KvTransferWriter::Create(Options());
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->WriteLayer(0).ok());  // Fails in the background.
+  absl::Status status;
+  for (uint32_t layer = 1; layer < 4 && status.ok(); ++layer) {
+    absl::SleepFor(absl::Milliseconds(20));
+    status = (*writer)->WriteLayer(layer);
+  }
+  if (status.ok()) status = (*writer)->Finish().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  // Whatever the caller tries next, the failure stands and nothing is sent.
+  EXPECT_EQ((*writer)->Finish().status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      receiver_
+          ->AwaitNotice("decode-0/1", absl::Now() + absl::Milliseconds(200))
+          .status()
+          .code(),
+      absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST_P(KvBlockTransferTest, RefusesMismatchedLayoutsAndBlockLists) {
   KvTransferWriterOptions options = Options();
   options.local_layout.set_dtype(v1::KV_DTYPE_BF16);

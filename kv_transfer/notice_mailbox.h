@@ -39,10 +39,16 @@ class NoticeMailbox {
  private:
   const size_t capacity_;
   absl::Mutex mutex_;
-  absl::flat_hash_map<std::string, std::string> notices_
+  struct Notice {
+    std::string payload;
+    uint64_t seq = 0;  // Arrival number.
+  };
+  absl::flat_hash_map<std::string, Notice> notices_ ABSL_GUARDED_BY(mutex_);
+  // (key, seq) in arrival order, for dropping the oldest. Entries whose
+  // notice was claimed (or replaced) are skipped and compacted away.
+  std::deque<std::pair<std::string, uint64_t>> arrival_order_
       ABSL_GUARDED_BY(mutex_);
-  // Arrival order, for dropping the oldest; may hold keys already claimed.
-  std::deque<std::string> arrival_order_ ABSL_GUARDED_BY(mutex_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mutex_) = 1;
 };
 
 }  // namespace pdserve::kv_transfer

@@ -77,6 +77,12 @@ absl::Time OperationTable::NextDeadline() {
   return next;
 }
 
+bool OperationTable::IsFinished(OperationId op) {
+  absl::MutexLock lock(&mutex_);
+  auto it = entries_.find(op);
+  return it == entries_.end() || it->second.finished;
+}
+
 size_t OperationTable::size() {
   absl::MutexLock lock(&mutex_);
   return entries_.size();

@@ -41,6 +41,9 @@ class OperationTable {
   // Earliest deadline among in-progress operations (InfiniteFuture if none).
   absl::Time NextDeadline();
 
+  // True when `op` has finished (done, failed, cancelled) or is unknown.
+  bool IsFinished(OperationId op);
+
   // Number of operations not yet reported.
   size_t size();
 

@@ -97,6 +97,20 @@ TEST(NoticeMailboxTest, DeliversOnceToAWaiterOrALaterClaim) {
   EXPECT_EQ(*late, "late");
 }
 
+TEST(NoticeMailboxTest, ClaimedNoticesNeverCrowdOutNewOnes) {
+  // One notice is never claimed while thousands of others come and go: new
+  // notices must still be stored and claimable.
+  NoticeMailbox mailbox(/*capacity=*/4);
+  mailbox.Deliver("abandoned", "x");
+  for (int i = 0; i < 5000; ++i) {
+    const std::string key = "t" + std::to_string(i);
+    mailbox.Deliver(key, "p");
+    ASSERT_TRUE(mailbox.Await(key, absl::Now()).ok()) << i;
+  }
+  EXPECT_EQ(mailbox.size(), 1u);
+  EXPECT_EQ(*mailbox.Await("abandoned", absl::Now()), "x");
+}
+
 TEST(NoticeMailboxTest, DropsTheOldestUnclaimedNoticeWhenFull) {
   NoticeMailbox mailbox(/*capacity=*/2);
   mailbox.Deliver("a", "1");

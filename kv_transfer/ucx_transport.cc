@@ -92,6 +92,8 @@ struct UcxTransport::State {
     uint64_t length = 0;
     ucp_rkey_h rkey = nullptr;  // Unpacked on `rkey_generation`'s ep.
     uint64_t rkey_generation = 0;
+    int inflight = 0;       // Writes using the rkey, not yet finished.
+    bool released = false;  // ReleasePeerRegion called; freed at inflight 0.
   };
 
   struct Connection {
@@ -114,6 +116,8 @@ struct UcxTransport::State {
     Connection* connection = nullptr;
     uint64_t generation = 0;
     LocalRegion* local = nullptr;  // Writes only.
+    PeerRegion* peer = nullptr;    // Writes only; its rkey is in use.
+    absl::Status put_error;        // A put that could not be posted.
     absl::Time deadline;
     // Notices: sent after the flush completes.
     std::string key;
@@ -136,6 +140,8 @@ struct UcxTransport::State {
   // Endpoints to close outside UCX callbacks, and their close requests.
   std::vector<ucp_ep_h> eps_to_close;
   std::vector<void*> closing;
+  // Remote keys of failed endpoints, destroyed once their closes complete.
+  std::vector<ucp_rkey_h> rkeys_to_destroy;
 
   // --- connections ---------------------------------------------------------
 
@@ -192,9 +198,11 @@ struct UcxTransport::State {
         owner->operations_.Complete(id, why);
       }
     }
+    // UCX allows destroying an rkey only once the operations using it are
+    // over: the forced close below ends them; destroy after it completes.
     for (auto& [id, peer] : peers) {
       if (peer->address == connection->address && peer->rkey != nullptr) {
-        ucp_rkey_destroy(peer->rkey);
+        rkeys_to_destroy.push_back(peer->rkey);
         peer->rkey = nullptr;
       }
     }
@@ -225,6 +233,10 @@ struct UcxTransport::State {
       }
     }
     closing.swap(still_closing);
+    if (closing.empty()) {
+      for (ucp_rkey_h rkey : rkeys_to_destroy) ucp_rkey_destroy(rkey);
+      rkeys_to_destroy.clear();
+    }
   }
 
   absl::StatusOr<ucp_rkey_h> RkeyFor(PeerRegion* peer, Connection* connection) {
@@ -265,7 +277,21 @@ struct UcxTransport::State {
   void Finish(Op* op, absl::Status status) {
     owner->operations_.Complete(op->id, std::move(status));
     if (op->local != nullptr) --op->local->inflight;
+    if (op->peer != nullptr && --op->peer->inflight == 0 &&
+        op->peer->released) {
+      DestroyPeer(op->peer);
+    }
     ops.erase(op->id);
+  }
+
+  // Frees a released peer region once no write uses its rkey.
+  void DestroyPeer(PeerRegion* peer) {
+    for (auto it = peers.begin(); it != peers.end(); ++it) {
+      if (it->second.get() != peer) continue;
+      if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
+      peers.erase(it);
+      return;
+    }
   }
 
   void FlushDone(Op* op, ucs_status_t status) {
@@ -273,8 +299,18 @@ struct UcxTransport::State {
       Finish(op, UcxError("writing to the peer", status));
       return;
     }
+    if (!op->put_error.ok()) {  // Some extents were never posted.
+      Finish(op, op->put_error);
+      return;
+    }
     if (op->key.empty() || op->notice_sent) {
       Finish(op, absl::OkStatus());
+      return;
+    }
+    // A notice cancelled (or past its deadline) while its flush ran must not
+    // be sent: the receiver would take an abandoned transfer as complete.
+    if (owner->operations_.IsFinished(op->id)) {
+      Finish(op, absl::CancelledError("notice cancelled before sending"));
       return;
     }
     SendNotice(op);
@@ -348,6 +384,8 @@ struct UcxTransport::State {
     Op* op = NewOp(id, *connection, request.deadline);
     op->local = local;
     ++local->inflight;
+    op->peer = peer;
+    ++peer->inflight;
     for (const Extent& e : CoalesceExtents(request.extents)) {
       ucp_request_param_t param = {};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
@@ -356,9 +394,9 @@ struct UcxTransport::State {
           ucp_put_nbx((*connection)->ep, local->base + e.local_offset, e.length,
                       peer->base + e.remote_offset, *rkey, &param);
       if (UCS_PTR_IS_ERR(put)) {
-        // The flush below reports the endpoint's failure; stop posting.
-        PD_LOG(WARNING) << "ucp_put_nbx failed: "
-                        << ucs_status_string(UCS_PTR_STATUS(put));
+        // Stop posting; the write fails once the flush of what was posted
+        // is over (never reported as success with extents missing).
+        op->put_error = UcxError("ucp_put_nbx", UCS_PTR_STATUS(put));
         break;
       }
       // Released by UCX on completion; the flush tracks completion.
@@ -370,7 +408,7 @@ struct UcxTransport::State {
   void StartNotice(OperationId id, PeerRegionId remote, std::string key,
                    std::string payload, absl::Time deadline) {
     auto peer_it = peers.find(remote);
-    if (peer_it == peers.end()) {
+    if (peer_it == peers.end() || peer_it->second->released) {
       owner->operations_.Complete(
           id, absl::NotFoundError("peer region released before the notice"));
       return;
@@ -455,7 +493,9 @@ absl::Status UcxTransport::Start() {
 
   ucp_worker_params_t worker_params = {};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // Created and destroyed on the caller's thread, run on the progress thread:
+  // one thread at a time, not always the same one.
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   status = ucp_worker_create(s.context, &worker_params, &s.worker);
   if (status != UCS_OK) return UcxError("ucp_worker_create", status);
 
@@ -516,10 +556,6 @@ UcxTransport::~UcxTransport() {
   for (auto& [id, op] : s.ops) {
     operations_.Complete(id, absl::CancelledError("transport shut down"));
   }
-  for (auto& [id, peer] : s.peers) {
-    if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
-  }
-  s.peers.clear();
   if (s.worker != nullptr) {
     // Healthy endpoints close gracefully (flush), so the peer sees an orderly
     // disconnect; failed ones were already force-closed.
@@ -548,7 +584,22 @@ UcxTransport::~UcxTransport() {
       }
     }
   }
-  s.ops.clear();
+  if (!s.ops.empty() || !s.closing.empty()) {
+    // UCX still holds callbacks into our state; freeing it (or the worker)
+    // now would be a use-after-free. Leave it all to process exit.
+    PD_LOG(ERROR) << options_.name << ": " << s.ops.size()
+                  << " operations did not finish at shutdown; leaving the "
+                     "UCX worker in place";
+    state_.release();
+    if (s.epoll_fd >= 0) ::close(s.epoll_fd);
+    return;  // wake_fd_ stays open: the leaked state may still refer to it.
+  }
+  for (auto& [id, peer] : s.peers) {
+    if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
+  }
+  s.peers.clear();
+  for (ucp_rkey_h rkey : s.rkeys_to_destroy) ucp_rkey_destroy(rkey);
+  s.rkeys_to_destroy.clear();
   s.connections.clear();
   for (auto& [id, region] : s.regions) ucp_mem_unmap(s.context, region->memh);
   s.regions.clear();
@@ -593,10 +644,11 @@ void UcxTransport::ProgressLoop() {
       commands.swap(queue_);
     }
     for (auto& command : commands) command(s);
+    // Deadlines first, so an overdue write's queued bytes are not sent.
+    s.ExpireOperations(absl::Now());
     while (ucp_worker_progress(s.worker) != 0) {
     }
     s.CloseScheduledEndpoints();
-    s.ExpireOperations(absl::Now());
     if (!s.ops.empty() || !s.closing.empty()) continue;  // Busy while working.
 
     // Idle: sleep until UCX has an event, a command arrives, or the poll
@@ -756,14 +808,20 @@ absl::Status UcxTransport::ReleasePeerRegion(PeerRegionId peer) {
   absl::Status result;
   RunAndWait([&](State& s) {
     auto it = s.peers.find(peer);
-    if (it == s.peers.end()) {
+    if (it == s.peers.end() || it->second->released) {
       result = absl::NotFoundError(absl::StrCat("no peer region ", peer));
       return;
     }
-    if (it->second->rkey != nullptr) ucp_rkey_destroy(it->second->rkey);
-    s.peers.erase(it);
-    absl::MutexLock lock(&sizes_mutex_);
-    peer_sizes_.erase(peer);
+    {
+      absl::MutexLock lock(&sizes_mutex_);
+      peer_sizes_.erase(peer);  // No new writes to it.
+    }
+    if (it->second->inflight > 0) {
+      it->second->released = true;  // Freed when its last write ends.
+    } else {
+      if (it->second->rkey != nullptr) ucp_rkey_destroy(it->second->rkey);
+      s.peers.erase(it);
+    }
   });
   return result;
 }
@@ -817,7 +875,7 @@ absl::StatusOr<std::string> UcxTransport::DescribeConnection(
   absl::StatusOr<std::string> result;
   RunAndWait([&](State& s) {
     auto it = s.peers.find(peer);
-    if (it == s.peers.end()) {
+    if (it == s.peers.end() || it->second->released) {
       result = absl::NotFoundError(absl::StrCat("no peer region ", peer));
       return;
     }
@@ -836,7 +894,9 @@ UcxTransport::ResourceCounts UcxTransport::resource_counts() {
   ResourceCounts counts;
   RunAndWait([&](State& s) {
     counts.regions = s.regions.size();
-    counts.peer_regions = s.peers.size();
+    for (const auto& [id, peer] : s.peers) {
+      counts.peer_regions += !peer->released;
+    }
     for (const auto& [address, connection] : s.connections) {
       counts.connections += connection->ep != nullptr;
     }

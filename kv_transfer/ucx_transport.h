@@ -4,7 +4,8 @@
 // driven by one progress thread that makes every UCX call: the public methods
 // hand it commands and either wait for the answer (registration, import:
 // rare, short) or return at once (writes, notices). UCX itself therefore runs
-// single-threaded (UCS_THREAD_MODE_SINGLE) with no lock contention.
+// single-threaded (UCS_THREAD_MODE_SERIALIZED, never concurrent) with no
+// lock contention.
 //
 // Data path: ucp_put_nbx per coalesced extent from the registered local
 // region (ucp_mem_map) into the peer's region (packed rkey from its

@@ -4,8 +4,11 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -15,8 +18,7 @@
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kv_transfer/kv_block_transfer.h"
-#include "kv_transfer/kv_layout.h"
+#include "proto/kv_transfer.pb.h"
 
 namespace pdserve {
 namespace {
@@ -85,38 +87,56 @@ class KvTransferProcessTest : public ::testing::Test {
     return cli::TailOfFile(absl::StrCat(dir_, "/", role, ".log"));
   }
 
-  // Compares, byte for byte, every written slot of every layer between the
-  // sender's pool and the receiver's, and checks that nothing else in the
-  // receiver's pool changed... except what the transfer wrote.
+  // Compares, byte for byte, every token the transfer had to move, with
+  // offsets computed here from the layout's definition (not through the
+  // code under test), and checks that every other byte of the receiver's
+  // pool still holds what the receiver put there before the transfer.
   void ExpectByteExact() {
     v1::KvTransferTarget target;
     ASSERT_TRUE(target.ParseFromString(ReadFile(dir_ + "/target.pb")));
     const std::string source = ReadFile(dir_ + "/source.bin");
     const std::string received = ReadFile(dir_ + "/pool.bin");
-    const kv_transfer::KvGeometry geometry =
-        *kv_transfer::KvGeometry::FromProto(target.layout());
-    ASSERT_EQ(source.size(), geometry.pool_bytes());
-    ASSERT_EQ(received.size(), geometry.pool_bytes());
-    std::vector<uint32_t> local_blocks, remote_blocks;
-    for (int i = 0; i < target.block_ids_size(); ++i) {
-      local_blocks.push_back(i);  // pd-kv-peer send uses blocks 0..n-1.
-      remote_blocks.push_back(target.block_ids(i));
+    const v1::KvLayout& layout = target.layout();
+    const uint64_t token_bytes =
+        uint64_t{layout.num_kv_heads()} * layout.head_dim() * 2;  // f16
+    const uint64_t half_block = token_bytes * layout.block_size_tokens();
+    const uint64_t layer_stride = 2 * half_block * layout.num_blocks();
+    ASSERT_EQ(source.size(), layer_stride * layout.num_layers());
+    ASSERT_EQ(received.size(), source.size());
+    // The receiver's pool before the transfer (pd-kv-peer's fill, seed 2).
+    std::string original(received.size(), '\0');
+    std::mt19937_64 rng(2);
+    for (size_t i = 0; i + 8 <= original.size(); i += 8) {
+      const uint64_t v = rng();
+      std::memcpy(original.data() + i, &v, 8);
     }
-    uint64_t compared = 0;
-    for (uint32_t layer = 0; layer < geometry.layout().num_layers(); ++layer) {
-      for (const kv_transfer::Extent& e : kv_transfer::LayerExtents(
-               geometry, local_blocks, geometry, remote_blocks, layer,
-               {0, target.num_tokens()})) {
-        ASSERT_EQ(source.compare(e.local_offset, e.length, received,
-                                 e.remote_offset, e.length),
-                  0)
-            << "layer " << layer << " differs at remote offset "
-            << e.remote_offset;
-        compared += e.length;
+    std::vector<bool> written(received.size(), false);
+    for (uint32_t layer = 0; layer < layout.num_layers(); ++layer) {
+      for (uint32_t pos = 0; pos < target.num_tokens(); ++pos) {
+        const uint32_t index = pos / layout.block_size_tokens();
+        const uint32_t slot = pos % layout.block_size_tokens();
+        for (uint64_t half = 0; half < 2; ++half) {
+          // pd-kv-peer send keeps the request in its blocks 0..n-1.
+          const uint64_t from = layer * layer_stride + index * 2 * half_block +
+                                half * half_block + slot * token_bytes;
+          const uint64_t to =
+              layer * layer_stride +
+              uint64_t{target.block_ids(index)} * 2 * half_block +
+              half * half_block + slot * token_bytes;
+          ASSERT_EQ(
+              source.compare(from, token_bytes, received, to, token_bytes), 0)
+              << "layer " << layer << " position " << pos << " half " << half;
+          std::fill(written.begin() + to, written.begin() + to + token_bytes,
+                    true);
+        }
       }
     }
-    EXPECT_EQ(compared, uint64_t{target.num_tokens()} *
-                            geometry.bytes_per_token_all_layers());
+    for (size_t i = 0; i < received.size(); ++i) {
+      if (!written[i]) {
+        ASSERT_EQ(received[i], original[i])
+            << "byte " << i << " changed but was not to be written";
+      }
+    }
   }
 
   std::string dir_;
@@ -163,6 +183,21 @@ TEST_F(KvTransferProcessTest,
   EXPECT_EQ(code, 5) << Log("send");
   EXPECT_LT(took, absl::Seconds(3)) << Log("send");
   EXPECT_THAT(ReadFile(dir_ + "/result.txt"), HasSubstr("UNAVAILABLE"));
+}
+
+TEST_F(KvTransferProcessTest, AStalledReceiverFailsTheSenderAtItsDeadline) {
+  auto receiver = StartReceiver({"--timeout_ms=60000"});
+  // The receiver is alive but stops answering (SIGSTOP): no error reaches
+  // the sender, so only its 2 s deadline can end the transfer.
+  auto sender = Start("send", {"--layer_delay_ms=100", "--timeout_ms=2000"});
+  absl::SleepFor(absl::Milliseconds(300));
+  receiver->Signal(SIGSTOP);
+  const absl::Time start = absl::Now();
+  const int code = ExitCode(*sender, absl::Seconds(20));
+  receiver->Signal(SIGCONT);
+  EXPECT_EQ(code, 4) << Log("send");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << Log("send");
+  EXPECT_THAT(ReadFile(dir_ + "/result.txt"), HasSubstr("DEADLINE_EXCEEDED"));
 }
 
 TEST_F(KvTransferProcessTest,
