@@ -18,13 +18,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "kv_transfer/notice_mailbox.h"
-#include "kv_transfer/operation_table.h"
 #include "kv_transfer/transport.h"
+#include "kv_transfer/transport_base.h"
 
 namespace pdserve::kv_transfer {
 
-class InProcessTransport final : public KvTransport {
+class InProcessTransport final : public TransportBase {
  public:
   static absl::StatusOr<std::unique_ptr<InProcessTransport>> Create();
   ~InProcessTransport() override;
@@ -46,17 +45,6 @@ class InProcessTransport final : public KvTransport {
                                          const std::string& key,
                                          const std::string& payload,
                                          absl::Time deadline) override;
-  OperationStatus Poll(OperationId op) override { return operations_.Poll(op); }
-  absl::Status Wait(OperationId op, absl::Time deadline) override {
-    return operations_.Wait(op, deadline);
-  }
-  void Cancel(OperationId op) override {
-    operations_.Complete(op, absl::CancelledError("cancelled"));
-  }
-  absl::StatusOr<std::string> AwaitNotice(const std::string& key,
-                                          absl::Time deadline) override {
-    return mailbox_.Await(key, deadline);
-  }
 
  private:
   struct Region {
@@ -72,8 +60,6 @@ class InProcessTransport final : public KvTransport {
       : instance_(std::move(instance)) {}
 
   const std::string instance_;  // "PID/N", unique in the process.
-  OperationTable operations_;
-  NoticeMailbox mailbox_;
   absl::Mutex mutex_;
   absl::flat_hash_map<RegionId, Region> regions_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<PeerRegionId, Peer> peers_ ABSL_GUARDED_BY(mutex_);

@@ -1184,10 +1184,6 @@ absl::StatusOr<OperationId> NcclTransport::PostNotice(
   return Enqueue(peer, std::move(op), deadline);
 }
 
-void NcclTransport::Cancel(OperationId op) {
-  operations_.Complete(op, absl::CancelledError("cancelled"));
-}
-
 // ---------------------------------------------------------------------------
 // Regions.
 

@@ -100,9 +100,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "kv_transfer/notice_mailbox.h"
-#include "kv_transfer/operation_table.h"
 #include "kv_transfer/transport.h"
+#include "kv_transfer/transport_base.h"
 
 namespace pdserve::kv_transfer {
 
@@ -123,7 +122,7 @@ struct NcclTransportOptions {
   int staging_slots = 64;
 };
 
-class NcclTransport final : public KvTransport {
+class NcclTransport final : public TransportBase {
  public:
   // Messages a writer may have in flight per peer.
   static constexpr int kMaxSlotsPerPeer = 8;
@@ -161,15 +160,6 @@ class NcclTransport final : public KvTransport {
                                          const std::string& key,
                                          const std::string& payload,
                                          absl::Time deadline) override;
-  OperationStatus Poll(OperationId op) override { return operations_.Poll(op); }
-  absl::Status Wait(OperationId op, absl::Time deadline) override {
-    return operations_.Wait(op, deadline);
-  }
-  void Cancel(OperationId op) override;
-  absl::StatusOr<std::string> AwaitNotice(const std::string& key,
-                                          absl::Time deadline) override {
-    return mailbox_.Await(key, deadline);
-  }
 
  private:
   struct Region;
@@ -197,8 +187,6 @@ class NcclTransport final : public KvTransport {
                                       absl::Time deadline);
 
   const NcclTransportOptions options_;
-  OperationTable operations_;
-  NoticeMailbox mailbox_;
   std::unique_ptr<Staging> staging_;
 
   absl::Mutex mutex_;

@@ -866,10 +866,6 @@ absl::StatusOr<OperationId> UcxTransport::PostNotice(PeerRegionId remote_region,
   return id;
 }
 
-void UcxTransport::Cancel(OperationId op) {
-  operations_.Complete(op, absl::CancelledError("cancelled"));
-}
-
 absl::StatusOr<std::string> UcxTransport::DescribeConnection(
     PeerRegionId peer) {
   absl::StatusOr<std::string> result;

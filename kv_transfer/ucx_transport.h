@@ -41,9 +41,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "kv_transfer/notice_mailbox.h"
-#include "kv_transfer/operation_table.h"
 #include "kv_transfer/transport.h"
+#include "kv_transfer/transport_base.h"
 
 namespace pdserve::kv_transfer {
 
@@ -55,7 +54,7 @@ struct UcxTransportOptions {
   absl::Duration idle_poll_interval = absl::Milliseconds(1);
 };
 
-class UcxTransport final : public KvTransport {
+class UcxTransport final : public TransportBase {
  public:
   static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(
       const UcxTransportOptions& options);
@@ -76,15 +75,6 @@ class UcxTransport final : public KvTransport {
                                          const std::string& key,
                                          const std::string& payload,
                                          absl::Time deadline) override;
-  OperationStatus Poll(OperationId op) override { return operations_.Poll(op); }
-  absl::Status Wait(OperationId op, absl::Time deadline) override {
-    return operations_.Wait(op, deadline);
-  }
-  void Cancel(OperationId op) override;
-  absl::StatusOr<std::string> AwaitNotice(const std::string& key,
-                                          absl::Time deadline) override {
-    return mailbox_.Await(key, deadline);
-  }
 
   // The UCX lanes (transports and devices) used to reach `peer`'s process,
   // e.g. "rma_bw: posix/memory; am: tcp/lo".
@@ -113,8 +103,6 @@ class UcxTransport final : public KvTransport {
   void ProgressLoop();
 
   const UcxTransportOptions options_;
-  OperationTable operations_;
-  NoticeMailbox mailbox_;
   std::unique_ptr<State> state_;
   std::thread progress_thread_;
   int wake_fd_ = -1;  // eventfd: new commands.
