@@ -1,0 +1,426 @@
+#include "kernels/quant.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "model/gguf_types.h"
+
+namespace pdserve::kernels {
+namespace {
+
+using model::GgmlType;
+
+float BitsToFloat(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint32_t FloatToBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+
+// Little-endian loads from possibly unaligned bytes.
+inline uint16_t LoadU16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
+inline uint32_t LoadU32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+inline float LoadF16(const uint8_t* p) { return Fp16ToFp32(LoadU16(p)); }
+
+// Elements per chunk in DotRow (and the size of its stack buffer).
+constexpr int kChunk = 256;
+
+// Each codec describes one ggml type: kBlock elements in kBytes bytes, and
+// Decode(src, y) writes the kBlock floats of the block at `src` to `y`.
+
+struct F32Codec {
+  static constexpr int kBlock = 1;
+  static constexpr int kBytes = 4;
+  static void Decode(const uint8_t* src, float* y) {
+    y[0] = BitsToFloat(LoadU32(src));
+  }
+};
+
+struct F16Codec {
+  static constexpr int kBlock = 1;
+  static constexpr int kBytes = 2;
+  static void Decode(const uint8_t* src, float* y) { y[0] = LoadF16(src); }
+};
+
+struct Bf16Codec {
+  static constexpr int kBlock = 1;
+  static constexpr int kBytes = 2;
+  static void Decode(const uint8_t* src, float* y) {
+    y[0] = Bf16ToFp32(LoadU16(src));
+  }
+};
+
+struct Q8_0Codec {
+  static constexpr int kBlock = 32;
+  static constexpr int kBytes = 34;
+  static void Decode(const uint8_t* src, float* y) {
+    const float d = LoadF16(src);
+    const uint8_t* qs = src + 2;
+    for (int j = 0; j < 32; ++j) {
+      y[j] = static_cast<float>(static_cast<int8_t>(qs[j])) * d;
+    }
+  }
+};
+
+struct Q4_0Codec {
+  static constexpr int kBlock = 32;
+  static constexpr int kBytes = 18;
+  static void Decode(const uint8_t* src, float* y) {
+    const float d = LoadF16(src);
+    const uint8_t* qs = src + 2;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
+      y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+    }
+  }
+};
+
+struct Q4_1Codec {
+  static constexpr int kBlock = 32;
+  static constexpr int kBytes = 20;
+  static void Decode(const uint8_t* src, float* y) {
+    const float d = LoadF16(src);
+    const float m = LoadF16(src + 2);
+    const uint8_t* qs = src + 4;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
+      y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+    }
+  }
+};
+
+struct Q5_0Codec {
+  static constexpr int kBlock = 32;
+  static constexpr int kBytes = 22;
+  static void Decode(const uint8_t* src, float* y) {
+    const float d = LoadF16(src);
+    const uint32_t qh = LoadU32(src + 2);
+    const uint8_t* qs = src + 6;
+    for (int j = 0; j < 16; ++j) {
+      const int h0 = static_cast<int>((qh >> j) << 4) & 0x10;
+      const int h1 = static_cast<int>(qh >> (j + 12)) & 0x10;
+      y[j] = static_cast<float>(((qs[j] & 0x0F) | h0) - 16) * d;
+      y[j + 16] = static_cast<float>(((qs[j] >> 4) | h1) - 16) * d;
+    }
+  }
+};
+
+struct Q5_1Codec {
+  static constexpr int kBlock = 32;
+  static constexpr int kBytes = 24;
+  static void Decode(const uint8_t* src, float* y) {
+    const float d = LoadF16(src);
+    const float m = LoadF16(src + 2);
+    const uint32_t qh = LoadU32(src + 4);
+    const uint8_t* qs = src + 8;
+    for (int j = 0; j < 16; ++j) {
+      const int h0 = static_cast<int>((qh >> j) << 4) & 0x10;
+      const int h1 = static_cast<int>(qh >> (j + 12)) & 0x10;
+      y[j] = static_cast<float>((qs[j] & 0x0F) | h0) * d + m;
+      y[j + 16] = static_cast<float>((qs[j] >> 4) | h1) * d + m;
+    }
+  }
+};
+
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7)
+// packed in the 12 `scales` bytes of a Q4_K / Q5_K super-block.
+inline void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+struct Q4_KCodec {
+  static constexpr int kBlock = 256;
+  static constexpr int kBytes = 144;
+  static void Decode(const uint8_t* src, float* y) {
+    const float d = LoadF16(src);
+    const float dmin = LoadF16(src + 2);
+    const uint8_t* scales = src + 4;
+    const uint8_t* q = src + 16;
+    for (int j = 0; j < 4; ++j) {  // 64 elements per step
+      int sc, m;
+      ScaleMinK4(2 * j, scales, &sc, &m);
+      const float d1 = d * static_cast<float>(sc);
+      const float m1 = dmin * static_cast<float>(m);
+      ScaleMinK4(2 * j + 1, scales, &sc, &m);
+      const float d2 = d * static_cast<float>(sc);
+      const float m2 = dmin * static_cast<float>(m);
+      float* out = y + 64 * j;
+      for (int l = 0; l < 32; ++l) {
+        out[l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
+        out[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
+      }
+      q += 32;
+    }
+  }
+};
+
+struct Q5_KCodec {
+  static constexpr int kBlock = 256;
+  static constexpr int kBytes = 176;
+  static void Decode(const uint8_t* src, float* y) {
+    const float d = LoadF16(src);
+    const float dmin = LoadF16(src + 2);
+    const uint8_t* scales = src + 4;
+    const uint8_t* qh = src + 16;
+    const uint8_t* ql = src + 48;
+    for (int j = 0; j < 4; ++j) {  // 64 elements per step
+      int sc, m;
+      ScaleMinK4(2 * j, scales, &sc, &m);
+      const float d1 = d * static_cast<float>(sc);
+      const float m1 = dmin * static_cast<float>(m);
+      ScaleMinK4(2 * j + 1, scales, &sc, &m);
+      const float d2 = d * static_cast<float>(sc);
+      const float m2 = dmin * static_cast<float>(m);
+      const int b1 = 2 * j;  // qh bit of the first 32, then of the second
+      const int b2 = 2 * j + 1;
+      float* out = y + 64 * j;
+      for (int l = 0; l < 32; ++l) {
+        const int q1 = (ql[l] & 0x0F) | (((qh[l] >> b1) & 1) << 4);
+        const int q2 = (ql[l] >> 4) | (((qh[l] >> b2) & 1) << 4);
+        out[l] = d1 * static_cast<float>(q1) - m1;
+        out[l + 32] = d2 * static_cast<float>(q2) - m2;
+      }
+      ql += 32;
+    }
+  }
+};
+
+struct Q6_KCodec {
+  static constexpr int kBlock = 256;
+  static constexpr int kBytes = 210;
+  static void Decode(const uint8_t* src, float* y) {
+    const uint8_t* ql = src;
+    const uint8_t* qh = src + 128;
+    const uint8_t* sc = src + 192;  // int8 scales[16]
+    const float d = LoadF16(src + 208);
+    for (int n = 0; n < 2; ++n) {  // 128 elements per step
+      float* out = y + 128 * n;
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        out[l] = d * static_cast<float>(static_cast<int8_t>(sc[is + 0])) *
+                 static_cast<float>(q1);
+        out[l + 32] = d * static_cast<float>(static_cast<int8_t>(sc[is + 2])) *
+                      static_cast<float>(q2);
+        out[l + 64] = d * static_cast<float>(static_cast<int8_t>(sc[is + 4])) *
+                      static_cast<float>(q3);
+        out[l + 96] = d * static_cast<float>(static_cast<int8_t>(sc[is + 6])) *
+                      static_cast<float>(q4);
+      }
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+};
+
+// Calls fn(Codec{}) for a supported type; false for any other type.
+template <typename Fn>
+bool VisitCodec(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::kF32:
+      fn(F32Codec{});
+      return true;
+    case GgmlType::kF16:
+      fn(F16Codec{});
+      return true;
+    case GgmlType::kBF16:
+      fn(Bf16Codec{});
+      return true;
+    case GgmlType::kQ8_0:
+      fn(Q8_0Codec{});
+      return true;
+    case GgmlType::kQ4_0:
+      fn(Q4_0Codec{});
+      return true;
+    case GgmlType::kQ4_1:
+      fn(Q4_1Codec{});
+      return true;
+    case GgmlType::kQ5_0:
+      fn(Q5_0Codec{});
+      return true;
+    case GgmlType::kQ5_1:
+      fn(Q5_1Codec{});
+      return true;
+    case GgmlType::kQ4_K:
+      fn(Q4_KCodec{});
+      return true;
+    case GgmlType::kQ5_K:
+      fn(Q5_KCodec{});
+      return true;
+    case GgmlType::kQ6_K:
+      fn(Q6_KCodec{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Block size of a supported type, or 0 when unsupported.
+int BlockSize(GgmlType type) {
+  int block = 0;
+  VisitCodec(type, [&](auto codec) { block = decltype(codec)::kBlock; });
+  return block;
+}
+
+absl::Status CheckArgs(const char* what, GgmlType type, int64_t n) {
+  const int block = BlockSize(type);
+  if (block == 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, ": ggml type ", model::GgmlTypeName(type), " (id ",
+                     static_cast<uint32_t>(type), ") is not supported"));
+  }
+  if (n < 0 || n % block != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": n = ", n, " is not a non-negative multiple of the block size ",
+        block, " of ", model::GgmlTypeName(type)));
+  }
+  return absl::OkStatus();
+}
+
+// Sum of a[i] * x[i] for i < len (len <= kChunk), in float with eight
+// partial sums so that the main loop vectorizes without -ffast-math.
+inline float DotChunk(const float* a, const float* x, int len) {
+  constexpr int kLanes = 8;
+  float acc[kLanes] = {};
+  const int main = len - len % kLanes;
+  for (int i = 0; i < main; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) acc[k] += a[i + k] * x[i + k];
+  }
+  for (int i = main; i < len; ++i) acc[i - main] += a[i] * x[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+         ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <typename Codec>
+void DequantizeImpl(const uint8_t* src, int64_t n_blocks, float* out) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    Codec::Decode(src + b * Codec::kBytes, out + b * Codec::kBlock);
+  }
+}
+
+template <typename Codec>
+double DotImpl(const uint8_t* src, const float* x, int64_t n_blocks) {
+  constexpr int64_t kBlocksPerChunk = kChunk / Codec::kBlock;
+  static_assert(kBlocksPerChunk * Codec::kBlock == kChunk);
+  float buf[kChunk];
+  double total = 0.0;
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += kBlocksPerChunk) {
+    const int64_t nb =
+        n_blocks - b0 < kBlocksPerChunk ? n_blocks - b0 : kBlocksPerChunk;
+    const uint8_t* s = src + b0 * Codec::kBytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      Codec::Decode(s + b * Codec::kBytes, buf + b * Codec::kBlock);
+    }
+    total += DotChunk(buf, x + b0 * Codec::kBlock,
+                      static_cast<int>(nb * Codec::kBlock));
+  }
+  return total;
+}
+
+}  // namespace
+
+float Fp16ToFp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  if (exp == 0x1F) {  // inf or NaN (made quiet, payload kept)
+    return BitsToFloat(sign | 0x7F800000u | (mant << 13) |
+                       (mant != 0 ? 0x00400000u : 0u));
+  }
+  if (exp == 0) {
+    if (mant == 0) return BitsToFloat(sign);  // +-0
+    // Subnormal: mant * 2^-24. Normalize into a binary32 normal.
+    int e = 127 - 15 + 1;
+    while ((mant & 0x400) == 0) {
+      mant <<= 1;
+      --e;
+    }
+    mant &= 0x3FF;
+    return BitsToFloat(sign | (static_cast<uint32_t>(e) << 23) | (mant << 13));
+  }
+  return BitsToFloat(sign | ((exp + (127 - 15)) << 23) | (mant << 13));
+}
+
+uint16_t Fp32ToFp16(float f) {
+  const uint32_t bits = FloatToBits(f);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) {  // inf or NaN
+    if (abs == 0x7F800000u) return sign | 0x7C00;
+    return static_cast<uint16_t>(sign | 0x7E00 | ((abs >> 13) & 0x3FF));
+  }
+  const int e = static_cast<int>(abs >> 23) - 127;  // unbiased exponent
+  if (e > 15) return sign | 0x7C00;                 // overflow
+  uint32_t h;
+  uint32_t rem;
+  uint32_t half;
+  if (e >= -14) {  // half normal (rounding may carry into inf)
+    h = (static_cast<uint32_t>(e + 15) << 10) | ((abs >> 13) & 0x3FF);
+    rem = abs & 0x1FFF;
+    half = 0x1000;
+  } else {  // half subnormal or zero: units of 2^-24
+    const uint32_t m = (abs & 0x7FFFFF) | 0x800000;  // value m * 2^(e-23)
+    const int shift = -(e + 1);                      // >= 14
+    if (shift >= 25) return sign;                    // < 2^-25: rounds to 0
+    h = m >> shift;
+    rem = m & ((1u << shift) - 1);
+    half = 1u << (shift - 1);
+  }
+  if (rem > half || (rem == half && (h & 1))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float Bf16ToFp32(uint16_t b) {
+  return BitsToFloat(static_cast<uint32_t>(b) << 16);
+}
+
+bool IsQuantTypeSupported(GgmlType type) { return BlockSize(type) != 0; }
+
+absl::Status DequantizeRow(GgmlType type, const void* blocks, int64_t n,
+                           float* out) {
+  if (absl::Status s = CheckArgs("DequantizeRow", type, n); !s.ok()) return s;
+  const auto* src = static_cast<const uint8_t*>(blocks);
+  VisitCodec(type, [&](auto codec) {
+    using Codec = decltype(codec);
+    DequantizeImpl<Codec>(src, n / Codec::kBlock, out);
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> DotRow(GgmlType type, const void* blocks, const float* x,
+                             int64_t n) {
+  if (absl::Status s = CheckArgs("DotRow", type, n); !s.ok()) return s;
+  const auto* src = static_cast<const uint8_t*>(blocks);
+  double total = 0.0;
+  VisitCodec(type, [&](auto codec) {
+    using Codec = decltype(codec);
+    total = DotImpl<Codec>(src, x, n / Codec::kBlock);
+  });
+  return static_cast<float>(total);
+}
+
+}  // namespace pdserve::kernels
