@@ -25,6 +25,10 @@ namespace {
 // Active-message id of notices.
 constexpr unsigned kNoticeAmId = 17;
 
+// How long the progress thread spins after the last activity, while work is
+// in flight, before it sleeps on UCX's events.
+constexpr absl::Duration kBusySpin = absl::Microseconds(200);
+
 // How long a transport keeps progressing after destruction starts.
 constexpr absl::Duration kShutdownLinger = absl::Milliseconds(50);
 
@@ -318,8 +322,7 @@ struct UcxTransport::State {
 
   void SendNotice(Op* op) {
     op->notice_sent = true;
-    if (op->connection->ep == nullptr ||
-        op->generation != op->connection->generation) {
+    if (!EndpointAlive(op)) {
       Finish(op, absl::UnavailableError("connection lost before the notice"));
       return;
     }
@@ -339,8 +342,20 @@ struct UcxTransport::State {
     }
   }
 
+  // True while the endpoint `op` was posted on is still the connection's.
+  // UCX may run the error handler inside a put or flush call, which clears
+  // the connection's endpoint under our feet.
+  static bool EndpointAlive(const Op* op) {
+    return op->connection->ep != nullptr &&
+           op->generation == op->connection->generation;
+  }
+
   // Flushes the op's endpoint; completion continues in FlushDone.
   void Flush(Op* op) {
+    if (!EndpointAlive(op)) {
+      Finish(op, absl::UnavailableError("connection to the peer was lost"));
+      return;
+    }
     ucp_request_param_t param = {};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -387,6 +402,7 @@ struct UcxTransport::State {
     op->peer = peer;
     ++peer->inflight;
     for (const Extent& e : CoalesceExtents(request.extents)) {
+      if (!EndpointAlive(op)) break;  // Failed during an earlier put.
       ucp_request_param_t param = {};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
       param.memh = local->memh;
@@ -636,6 +652,7 @@ void UcxTransport::RunAndWait(std::function<void(State&)> command) {
 
 void UcxTransport::ProgressLoop() {
   State& s = *state_;
+  absl::Time last_activity = absl::Now();
   while (true) {
     std::deque<std::function<void(State&)>> commands;
     {
@@ -645,14 +662,20 @@ void UcxTransport::ProgressLoop() {
     }
     for (auto& command : commands) command(s);
     // Deadlines first, so an overdue write's queued bytes are not sent.
-    s.ExpireOperations(absl::Now());
-    while (ucp_worker_progress(s.worker) != 0) {
-    }
+    const absl::Time now = absl::Now();
+    s.ExpireOperations(now);
+    bool progressed = !commands.empty();
+    while (ucp_worker_progress(s.worker) != 0) progressed = true;
     s.CloseScheduledEndpoints();
-    if (!s.ops.empty() || !s.closing.empty()) continue;  // Busy while working.
+    if (progressed) last_activity = now;
+    // With work in flight, spin briefly after the last activity (lowest
+    // latency), then sleep on UCX's events like when idle: a stalled or slow
+    // peer must not cost a whole core, which prefill compute needs.
+    const bool working = !s.ops.empty() || !s.closing.empty();
+    if (working && absl::Now() - last_activity < kBusySpin) continue;
 
-    // Idle: sleep until UCX has an event, a command arrives, or the poll
-    // interval passes (for transports that raise no events).
+    // Sleep until UCX has an event, a command arrives, or the poll interval
+    // passes (for transports that raise no events).
     if (ucp_worker_arm(s.worker) == UCS_ERR_BUSY) continue;
     epoll_event events[2];
     const int n = ::epoll_wait(
