@@ -55,7 +55,7 @@ absl::StatusOr<RegionId> FaultInjectingTransport::ScratchRegion() {
 }
 
 OperationId FaultInjectingTransport::Track(Pending pending) {
-  const OperationId id = operations_.Add(pending.deadline);
+  const OperationId id = operations_.Add();
   pending_[id] = std::move(pending);
   return id;
 }

@@ -170,7 +170,7 @@ absl::StatusOr<OperationId> InProcessTransport::PostWrite(
                    e.length);
     }
   }
-  const OperationId op = operations_.Add(request.deadline);
+  const OperationId op = operations_.Add();
   operations_.Complete(op, failure);
   return op;
 }
@@ -192,7 +192,7 @@ absl::StatusOr<OperationId> InProcessTransport::PostNotice(
     }
     instance = p->second.instance;
   }
-  const OperationId op = operations_.Add(deadline);
+  const OperationId op = operations_.Add();
   absl::MutexLock registry_lock(&registry_mutex);
   auto target = registry->find(instance);
   if (target == registry->end()) {

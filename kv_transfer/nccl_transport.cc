@@ -1107,7 +1107,7 @@ absl::StatusOr<OperationId> NcclTransport::Enqueue(
   OperationId id = 0;
   {
     absl::MutexLock lock(&peer->mutex);
-    id = operations_.Add(deadline);
+    id = operations_.Add();
     op->id = id;
     op->deadline = deadline;
     failure = peer->failure;
@@ -1143,7 +1143,7 @@ absl::StatusOr<OperationId> NcclTransport::PostWrite(
                                        remote->second->remote_length));
     if (request.extents.empty()) {
       // Nothing to move: done at once.
-      const OperationId id = operations_.Add(request.deadline);
+      const OperationId id = operations_.Add();
       operations_.Complete(id, absl::OkStatus());
       return id;
     }

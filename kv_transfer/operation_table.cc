@@ -1,15 +1,13 @@
 #include "kv_transfer/operation_table.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 
 namespace pdserve::kv_transfer {
 
-OperationId OperationTable::Add(absl::Time deadline) {
+OperationId OperationTable::Add() {
   absl::MutexLock lock(&mutex_);
   const OperationId id = next_id_++;
-  entries_[id].deadline = deadline;
+  entries_[id] = Entry();
   return id;
 }
 
@@ -56,25 +54,6 @@ absl::Status OperationTable::Wait(OperationId op, absl::Time deadline) {
   absl::Status status = std::move(it->second.status);
   entries_.erase(it);
   return status;
-}
-
-std::vector<OperationId> OperationTable::Overdue(absl::Time now) {
-  absl::MutexLock lock(&mutex_);
-  std::vector<OperationId> overdue;
-  for (const auto& [id, entry] : entries_) {
-    if (!entry.finished && entry.deadline <= now) overdue.push_back(id);
-  }
-  std::sort(overdue.begin(), overdue.end());
-  return overdue;
-}
-
-absl::Time OperationTable::NextDeadline() {
-  absl::MutexLock lock(&mutex_);
-  absl::Time next = absl::InfiniteFuture();
-  for (const auto& [id, entry] : entries_) {
-    if (!entry.finished) next = std::min(next, entry.deadline);
-  }
-  return next;
 }
 
 bool OperationTable::IsFinished(OperationId op) {

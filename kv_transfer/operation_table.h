@@ -1,6 +1,7 @@
 // OperationTable: the bookkeeping every transport backend shares for its
-// posted operations: ids, states, waiting with a deadline, cancellation
-// flags and deadline expiry.
+// posted operations: ids, states, and waiting for completion with a
+// deadline. (Operation deadlines are enforced by each backend, which knows
+// how to stop its own work.)
 //
 // A backend adds an operation when it posts it, completes it from wherever
 // the completion is observed (a progress thread, a callback, inline), and
@@ -11,7 +12,6 @@
 #define PDSERVE_KV_TRANSFER_OPERATION_TABLE_H_
 
 #include <cstdint>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -24,8 +24,8 @@ namespace pdserve::kv_transfer {
 
 class OperationTable {
  public:
-  // A new in-progress operation that fails at `deadline`.
-  OperationId Add(absl::Time deadline);
+  // A new in-progress operation.
+  OperationId Add();
 
   // Finishes `op` with `status` (OK = done). The first completion wins;
   // later ones are ignored. Returns whether this call finished it.
@@ -35,12 +35,6 @@ class OperationTable {
   OperationStatus Poll(OperationId op);
   absl::Status Wait(OperationId op, absl::Time deadline);
 
-  // Ids of in-progress operations whose deadline is at or before `now`.
-  std::vector<OperationId> Overdue(absl::Time now);
-
-  // Earliest deadline among in-progress operations (InfiniteFuture if none).
-  absl::Time NextDeadline();
-
   // True when `op` has finished (done, failed, cancelled) or is unknown.
   bool IsFinished(OperationId op);
 
@@ -49,7 +43,6 @@ class OperationTable {
 
  private:
   struct Entry {
-    absl::Time deadline;
     bool finished = false;
     absl::Status status;
   };

@@ -44,7 +44,7 @@ TEST(ExtentsTest, CoalescesRunsContiguousOnBothSides) {
 
 TEST(OperationTableTest, PollReportsInProgressThenTheResultOnce) {
   OperationTable table;
-  const OperationId op = table.Add(absl::InfiniteFuture());
+  const OperationId op = table.Add();
   EXPECT_EQ(table.Poll(op).state, OperationState::kInProgress);
   EXPECT_TRUE(table.Complete(op, absl::DataLossError("bad checksum")));
   EXPECT_FALSE(table.Complete(op, absl::OkStatus()));  // First one wins.
@@ -57,7 +57,7 @@ TEST(OperationTableTest, PollReportsInProgressThenTheResultOnce) {
 
 TEST(OperationTableTest, WaitReturnsOnCompletionOrLeavesItRunning) {
   OperationTable table;
-  const OperationId op = table.Add(absl::InfiniteFuture());
+  const OperationId op = table.Add();
   EXPECT_EQ(table.Wait(op, absl::Now() + absl::Milliseconds(20)).code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(table.size(), 1u);  // Still known, still running.
@@ -70,13 +70,14 @@ TEST(OperationTableTest, WaitReturnsOnCompletionOrLeavesItRunning) {
   EXPECT_EQ(table.size(), 0u);
 }
 
-TEST(OperationTableTest, ReportsOverdueOperations) {
+TEST(OperationTableTest, IsFinishedDoesNotConsumeTheResult) {
   OperationTable table;
-  const absl::Time now = absl::Now();
-  const OperationId late = table.Add(now - absl::Seconds(1));
-  table.Add(now + absl::Hours(1));
-  EXPECT_THAT(table.Overdue(now), ElementsAre(late));
-  EXPECT_EQ(table.NextDeadline(), now - absl::Seconds(1));
+  const OperationId op = table.Add();
+  EXPECT_FALSE(table.IsFinished(op));
+  table.Complete(op, absl::CancelledError("cancelled"));
+  EXPECT_TRUE(table.IsFinished(op));
+  EXPECT_EQ(table.Poll(op).status.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(table.IsFinished(op));  // Unknown counts as finished.
 }
 
 TEST(NoticeMailboxTest, DeliversOnceToAWaiterOrALaterClaim) {

@@ -868,7 +868,7 @@ absl::StatusOr<OperationId> UcxTransport::PostWrite(
     PD_RETURN_IF_ERROR(
         ValidateExtents(request.extents, local->second, peer->second));
   }
-  const OperationId id = operations_.Add(request.deadline);
+  const OperationId id = operations_.Add();
   Enqueue([this, id, request](State& s) { s.StartWrite(id, request); });
   return id;
 }
@@ -882,7 +882,7 @@ absl::StatusOr<OperationId> UcxTransport::PostNotice(PeerRegionId remote_region,
         "notice of ", payload.size(), " bytes exceeds ", kMaxNoticeBytes));
   }
   if (key.empty()) return absl::InvalidArgumentError("notice key is empty");
-  const OperationId id = operations_.Add(deadline);
+  const OperationId id = operations_.Add();
   Enqueue([=](State& s) {
     s.StartNotice(id, remote_region, key, payload, deadline);
   });
