@@ -148,6 +148,24 @@ inline void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
   }
 }
 
+// Scales and mins of sub-blocks 2j and 2j+1 of a Q4_K / Q5_K super-block
+// (super-block scale d, super-block min scale dmin).
+struct KSubBlockPair {
+  float d1, m1, d2, m2;
+};
+inline KSubBlockPair KSubBlockScales(float d, float dmin, const uint8_t* scales,
+                                     int j) {
+  int sc, m;
+  KSubBlockPair pair;
+  ScaleMinK4(2 * j, scales, &sc, &m);
+  pair.d1 = d * static_cast<float>(sc);
+  pair.m1 = dmin * static_cast<float>(m);
+  ScaleMinK4(2 * j + 1, scales, &sc, &m);
+  pair.d2 = d * static_cast<float>(sc);
+  pair.m2 = dmin * static_cast<float>(m);
+  return pair;
+}
+
 struct Q4_KCodec {
   static constexpr int kBlock = 256;
   static constexpr int kBytes = 144;
@@ -157,13 +175,7 @@ struct Q4_KCodec {
     const uint8_t* scales = src + 4;
     const uint8_t* q = src + 16;
     for (int j = 0; j < 4; ++j) {  // 64 elements per step
-      int sc, m;
-      ScaleMinK4(2 * j, scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = dmin * static_cast<float>(m);
-      ScaleMinK4(2 * j + 1, scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = dmin * static_cast<float>(m);
+      const auto [d1, m1, d2, m2] = KSubBlockScales(d, dmin, scales, j);
       float* out = y + 64 * j;
       for (int l = 0; l < 32; ++l) {
         out[l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
@@ -184,13 +196,7 @@ struct Q5_KCodec {
     const uint8_t* qh = src + 16;
     const uint8_t* ql = src + 48;
     for (int j = 0; j < 4; ++j) {  // 64 elements per step
-      int sc, m;
-      ScaleMinK4(2 * j, scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = dmin * static_cast<float>(m);
-      ScaleMinK4(2 * j + 1, scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = dmin * static_cast<float>(m);
+      const auto [d1, m1, d2, m2] = KSubBlockScales(d, dmin, scales, j);
       const int b1 = 2 * j;  // qh bit of the first 32, then of the second
       const int b2 = 2 * j + 1;
       float* out = y + 64 * j;

@@ -219,6 +219,31 @@ ncclUniqueId UniqueIdFromBytes(const std::string& bytes) {
   return id;
 }
 
+// Both ends of a communicator: creates the non-blocking stream on `device`
+// and joins the two-rank communicator `unique_id` as `rank`, waiting until
+// the join is complete. On failure, *stream and *comm hold whatever was
+// created, for the caller's usual cleanup.
+absl::Status JoinCommunicator(int device, const std::string& unique_id,
+                              int rank, absl::Time deadline,
+                              const std::atomic<bool>& stop, Backoff backoff,
+                              cudaStream_t* stream, ncclComm_t* comm) {
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return CudaError("cudaSetDevice", e);
+  }
+  if (cudaError_t e = cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    *stream = nullptr;
+    return CudaError("cudaStreamCreate", e);
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t init = ncclCommInitRankConfig(
+      comm, 2, UniqueIdFromBytes(unique_id), rank, &config);
+  return AwaitComm(*comm, init,
+                   absl::StrCat("ncclCommInitRankConfig (rank ", rank, ")"),
+                   deadline, stop, backoff);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -476,23 +501,10 @@ void NcclTransport::ServeLoop(Export* exported) {
   };
 
   absl::Status status = [&]() -> absl::Status {
-    if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
-      return CudaError("cudaSetDevice", e);
-    }
-    if (cudaError_t e =
-            cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-        e != cudaSuccess) {
-      stream = nullptr;
-      return CudaError("cudaStreamCreate", e);
-    }
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    const ncclResult_t init =
-        ncclCommInitRankConfig(&comm, 2, UniqueIdFromBytes(exported->unique_id),
-                               kReceiverRank, &config);
-    absl::Status joined = AwaitComm(
-        comm, init, "ncclCommInitRankConfig (rank 0)",
-        absl::Now() + options_.connect_timeout, exported->stop, backoff());
+    absl::Status joined =
+        JoinCommunicator(options_.device, exported->unique_id, kReceiverRank,
+                         absl::Now() + options_.connect_timeout, exported->stop,
+                         backoff(), &stream, &comm);
     if (absl::IsDeadlineExceeded(joined)) {
       return absl::DeadlineExceededError(
           absl::StrCat("no writer joined within ",
@@ -841,21 +853,9 @@ void NcclTransport::PeerLoop(Peer* peer) {
   // --- Connect.
   const absl::Time connect_by = absl::Now() + options_.connect_timeout;
   absl::Status status = [&]() -> absl::Status {
-    if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
-      return CudaError("cudaSetDevice", e);
-    }
-    if (cudaError_t e =
-            cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-        e != cudaSuccess) {
-      stream = nullptr;
-      return CudaError("cudaStreamCreate", e);
-    }
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    const ncclResult_t init = ncclCommInitRankConfig(
-        &comm, 2, UniqueIdFromBytes(peer->unique_id), kWriterRank, &config);
-    PD_RETURN_IF_ERROR(AwaitComm(comm, init, "ncclCommInitRankConfig (rank 1)",
-                                 connect_by, peer->stop, backoff()));
+    PD_RETURN_IF_ERROR(JoinCommunicator(options_.device, peer->unique_id,
+                                        kWriterRank, connect_by, peer->stop,
+                                        backoff(), &stream, &comm));
     // HELLO sets up NCCL's point-to-point connection now (NCCL connects
     // lazily, on the first send), so that a data path that cannot work fails
     // the import rather than the first write.
