@@ -1,0 +1,666 @@
+#include "kernels/matmul.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/quant.h"
+#include "model/gguf_types.h"
+
+namespace pdserve::kernels {
+namespace {
+
+using model::GgmlType;
+
+// The block layouts are read with memcpy-based little-endian loads.
+static_assert(std::endian::native == std::endian::little,
+              "ggml block layouts are little-endian");
+
+// Activation block geometry (ggml's block_q8_0 / block_q8_1 / block_q8_K).
+constexpr int kQ8_0Bytes = 34;   // f16 d; int8 qs[32]
+constexpr int kQ8_1Bytes = 36;   // f16 d; f16 s; int8 qs[32]
+constexpr int kQ8_KBytes = 292;  // f32 d; int8 qs[256]; int16 bsums[16]
+constexpr int kQ8_KQs = 4;       // offset of qs in a Q8_K block
+constexpr int kQ8_KBsums = 260;  // offset of bsums in a Q8_K block
+
+inline uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline float LoadF32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreU16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof(v)); }
+
+// binary16 -> binary32, with the same results as Fp16ToFp32 (bit for bit,
+// NaNs made quiet) but inline. Two variants: HalfToFloat for block scales
+// (one instruction with F16C, else integer code whose branches are always
+// predicted, since scales are normal numbers), and HalfToFloatLanes for F16
+// rows, branch-free (selects by masks) so that the F16 dot product
+// vectorizes. Subnormal halves use normal-range arithmetic only:
+// (0.5 + m * 2^-24) - 0.5 is exact.
+inline float HalfToFloatLanes(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7FFFu;  // exponent and mantissa
+  const uint32_t inf_nan = 0u - static_cast<uint32_t>(em >= 0x7C00u);
+  const uint32_t nan = 0u - static_cast<uint32_t>(em > 0x7C00u);
+  const uint32_t subnormal = 0u - static_cast<uint32_t>(em < 0x0400u);
+  // Rebias the exponent from 15 to 127; inf/NaN (exponent 31) go to 255.
+  uint32_t bits = (em << 13) + (112u << 23) + (inf_nan & (112u << 23));
+  bits |= nan & 0x00400000u;  // quiet NaN
+  const uint32_t sub =
+      std::bit_cast<uint32_t>(std::bit_cast<float>(0x3F000000u | em) - 0.5f);
+  return std::bit_cast<float>(sign | (bits & ~subnormal) | (sub & subnormal));
+}
+
+inline float HalfToFloat(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7FFFu;
+  if (em >= 0x0400u && em < 0x7C00u) {  // normal
+    return std::bit_cast<float>(sign | ((em << 13) + (112u << 23)));
+  }
+  return HalfToFloatLanes(h);
+#endif
+}
+inline float LoadF16(const uint8_t* p) { return HalfToFloat(LoadU16(p)); }
+
+inline float Bf16ToFloat(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+
+// ggml_compute_fp32_to_bf16: round to nearest even; NaN stays NaN (quiet).
+inline uint16_t FloatToBf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+    return static_cast<uint16_t>((u >> 16) | 0x40u);
+  }
+  return static_cast<uint16_t>((u + (0x7FFFu + ((u >> 16) & 1u))) >> 16);
+}
+
+// ggml's nearest_int: round half to even through the float adder, valid for
+// |v| < 2^22.
+inline int NearestInt(float v) {
+  const int32_t bits = std::bit_cast<int32_t>(v + 12582912.0f);  // 1.5 * 2^23
+  return (bits & 0x007FFFFF) - 0x00400000;
+}
+
+// Absolute maximum of 32 floats, as ggml's MAX(amax, fabsf(v)) loop.
+inline float AbsMax32(const float* x) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = amax > a ? amax : a;
+  }
+  return amax;
+}
+
+// ---------------------------------------------------------------------------
+// Activation quantization, fp32 -> fp16 / bf16 and the Q8 formats.
+//
+// Q8_0 and Q8_1 follow what ggml's x86 CPU backend (AVX2 / AVX-512) computes,
+// not its portable _ref functions: the reciprocal scale is 127 / amax (not
+// 1 / (amax / 127)) and quants round half to even (_mm256_round_ps). The two
+// differ in about one block in ten thousand, enough to flip a greedy token
+// now and then; the reference we are checked against is llama.cpp on x86.
+// Q8_K uses q8_K_ref, which is also what ggml runs on x86.
+
+void QuantizeQ8_0(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + 32 * b;
+    uint8_t* ob = out + kQ8_0Bytes * b;
+    const float amax = AbsMax32(xb);
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    StoreU16(ob, Fp32ToFp16(d));
+    int8_t q[32];
+    for (int j = 0; j < 32; ++j) {
+      q[j] = static_cast<int8_t>(NearestInt(xb[j] * id));
+    }
+    std::memcpy(ob + 2, q, sizeof(q));
+  }
+}
+
+void QuantizeQ8_1(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + 32 * b;
+    uint8_t* ob = out + kQ8_1Bytes * b;
+    const float amax = AbsMax32(xb);
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int8_t q[32];
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      q[j] = static_cast<int8_t>(NearestInt(xb[j] * id));
+      sum += q[j];
+    }
+    StoreU16(ob, Fp32ToFp16(d));
+    // ggml rounds s from the unrounded d.
+    StoreU16(ob + 2, Fp32ToFp16(static_cast<float>(sum) * d));
+    std::memcpy(ob + 4, q, sizeof(q));
+  }
+}
+
+void QuantizeQ8_K(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* xb = x + 256 * b;
+    uint8_t* ob = out + kQ8_KBytes * b;
+    // The element of largest magnitude, the first one on ties, sign kept.
+    float max = 0.0f;
+    float amax = 0.0f;
+    for (int j = 0; j < 256; ++j) {
+      const float a = std::fabs(xb[j]);
+      if (a > amax) {
+        amax = a;
+        max = xb[j];
+      }
+    }
+    int8_t q[256];
+    int16_t bsums[16];
+    float d = 0.0f;
+    if (amax == 0.0f) {
+      std::memset(q, 0, sizeof(q));
+      std::memset(bsums, 0, sizeof(bsums));  // ggml leaves them unset
+    } else {
+      const float iscale = -127.0f / max;
+      for (int j = 0; j < 256; ++j) {
+        const int v = NearestInt(iscale * xb[j]);
+        q[j] = static_cast<int8_t>(v < 127 ? v : 127);
+      }
+      for (int g = 0; g < 16; ++g) {
+        int sum = 0;
+        for (int j = 0; j < 16; ++j) sum += q[16 * g + j];
+        bsums[g] = static_cast<int16_t>(sum);
+      }
+      d = 1.0f / iscale;
+    }
+    std::memcpy(ob, &d, sizeof(d));
+    std::memcpy(ob + kQ8_KQs, q, sizeof(q));
+    std::memcpy(ob + kQ8_KBsums, bsums, sizeof(bsums));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Dot products, one function per weight type: (weight row, activation row,
+// n elements) -> float. Each follows ggml's *_generic vec_dot function's
+// float operations in order; integer sums are exact, so they are grouped
+// however vectorizes best. A SIMD kernel replaces one of these by changing
+// its entry in FindKernel.
+
+using DotFn = float (*)(const uint8_t* w, const uint8_t* a, int64_t n);
+
+// Sum of 16 float lanes in a fixed tree order.
+inline float SumLanes16(const float* acc) {
+  float s8[8];
+  for (int k = 0; k < 8; ++k) s8[k] = acc[k] + acc[k + 8];
+  return ((s8[0] + s8[4]) + (s8[2] + s8[6])) +
+         ((s8[1] + s8[5]) + (s8[3] + s8[7]));
+}
+
+float DotF32(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float acc[16] = {};
+  const int64_t main = n - n % 16;
+  for (int64_t i = 0; i < main; i += 16) {
+    float wv[16], av[16];
+    std::memcpy(wv, w + 4 * i, sizeof(wv));
+    std::memcpy(av, a + 4 * i, sizeof(av));
+    for (int k = 0; k < 16; ++k) acc[k] += wv[k] * av[k];
+  }
+  for (int64_t i = main; i < n; ++i) {
+    acc[i - main] += LoadF32(w + 4 * i) * LoadF32(a + 4 * i);
+  }
+  return SumLanes16(acc);
+}
+
+template <float (*kDecode)(uint16_t)>
+float Dot16Bit(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float acc[16] = {};
+  const int64_t main = n - n % 16;
+  for (int64_t i = 0; i < main; i += 16) {
+    uint16_t wv[16], av[16];
+    std::memcpy(wv, w + 2 * i, sizeof(wv));
+    std::memcpy(av, a + 2 * i, sizeof(av));
+    for (int k = 0; k < 16; ++k) acc[k] += kDecode(wv[k]) * kDecode(av[k]);
+  }
+  for (int64_t i = main; i < n; ++i) {
+    acc[i - main] += kDecode(LoadU16(w + 2 * i)) * kDecode(LoadU16(a + 2 * i));
+  }
+  return SumLanes16(acc);
+}
+
+float DotF16(const uint8_t* w, const uint8_t* a, int64_t n) {
+  return Dot16Bit<HalfToFloatLanes>(w, a, n);
+}
+float DotBF16(const uint8_t* w, const uint8_t* a, int64_t n) {
+  return Dot16Bit<Bf16ToFloat>(w, a, n);
+}
+
+inline const int8_t* AsI8(const uint8_t* p) {
+  return reinterpret_cast<const int8_t*>(p);
+}
+
+// Q4_0 x Q8_0: sumf += sumi * d_w * d_x.
+float DotQ4_0(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float sumf = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 18 * b;
+    const uint8_t* ab = a + kQ8_0Bytes * b;
+    const uint8_t* qw = wb + 2;
+    const int8_t* qa = AsI8(ab + 2);
+    // sum((q - 8) * y) as sum(q * y) - 8 * sum(y): the same integer, and a
+    // form GCC 12 compiles correctly. With AVX-VNNI / AVX512-VNNI enabled
+    // (-march=native here) it miscompiles the direct form's reduction.
+    int32_t sumi0 = 0, sumi1 = 0, sum_y = 0;
+    for (int j = 0; j < 16; ++j) {
+      sumi0 += (qw[j] & 0x0F) * qa[j];
+      sumi1 += (qw[j] >> 4) * qa[j + 16];
+    }
+    for (int j = 0; j < 32; ++j) sum_y += qa[j];
+    const int32_t sumi = sumi0 + sumi1 - 8 * sum_y;
+    sumf += static_cast<float>(sumi) * LoadF16(wb) * LoadF16(ab);
+  }
+  return sumf;
+}
+
+// Q4_1 x Q8_1: sumf += (d_w * d_x) * sumi + m_w * s_x.
+float DotQ4_1(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float sumf = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 20 * b;
+    const uint8_t* ab = a + kQ8_1Bytes * b;
+    const uint8_t* qw = wb + 4;
+    const int8_t* qa = AsI8(ab + 4);
+    int32_t sumi0 = 0, sumi1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      sumi0 += (qw[j] & 0x0F) * qa[j];
+      sumi1 += (qw[j] >> 4) * qa[j + 16];
+    }
+    sumf += (LoadF16(wb) * LoadF16(ab)) * static_cast<float>(sumi0 + sumi1) +
+            LoadF16(wb + 2) * LoadF16(ab + 2);
+  }
+  return sumf;
+}
+
+// Q5_0 x Q8_0: sumf += (d_w * d_x) * sumi.
+float DotQ5_0(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float sumf = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 22 * b;
+    const uint8_t* ab = a + kQ8_0Bytes * b;
+    const uint32_t qh = LoadU32(wb + 2);
+    const uint8_t* qw = wb + 6;
+    const int8_t* qa = AsI8(ab + 2);
+    // sum((q - 16) * y) as sum(q * y) - 16 * sum(y); see DotQ4_0.
+    int32_t sumi0 = 0, sumi1 = 0, sum_y = 0;
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
+      const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
+      sumi0 += ((qw[j] & 0x0F) | h0) * qa[j];
+      sumi1 += ((qw[j] >> 4) | h1) * qa[j + 16];
+    }
+    for (int j = 0; j < 32; ++j) sum_y += qa[j];
+    const int32_t sumi = sumi0 + sumi1 - 16 * sum_y;
+    sumf += (LoadF16(wb) * LoadF16(ab)) * static_cast<float>(sumi);
+  }
+  return sumf;
+}
+
+// Q5_1 x Q8_1: sumf += (d_w * d_x) * sumi + m_w * s_x.
+float DotQ5_1(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float sumf = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 24 * b;
+    const uint8_t* ab = a + kQ8_1Bytes * b;
+    const uint32_t qh = LoadU32(wb + 4);
+    const uint8_t* qw = wb + 8;
+    const int8_t* qa = AsI8(ab + 4);
+    int32_t sumi0 = 0, sumi1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
+      const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
+      const int x0 = (qw[j] & 0x0F) | h0;
+      const int x1 = (qw[j] >> 4) | h1;
+      sumi0 += x0 * qa[j];
+      sumi1 += x1 * qa[j + 16];
+    }
+    sumf += (LoadF16(wb) * LoadF16(ab)) * static_cast<float>(sumi0 + sumi1) +
+            LoadF16(wb + 2) * LoadF16(ab + 2);
+  }
+  return sumf;
+}
+
+// Q8_0 x Q8_0: sumf += sumi * (d_w * d_x).
+float DotQ8_0(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float sumf = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 34 * b;
+    const uint8_t* ab = a + kQ8_0Bytes * b;
+    const int8_t* qw = AsI8(wb + 2);
+    const int8_t* qa = AsI8(ab + 2);
+    int32_t sumi = 0;
+    for (int j = 0; j < 32; ++j) sumi += qw[j] * qa[j];
+    sumf += static_cast<float>(sumi) * (LoadF16(wb) * LoadF16(ab));
+  }
+  return sumf;
+}
+
+// The 6-bit scales and mins of the eight sub-blocks of a Q4_K / Q5_K
+// super-block, packed in 12 bytes (ggml's get_scale_min_k4 for j = 0..7).
+inline void UnpackScalesMinsK4(const uint8_t* s, int32_t* sc, int32_t* mn) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    mn[j] = s[j + 4] & 63;
+    sc[j + 4] = (s[j + 8] & 0x0F) | ((s[j] >> 6) << 4);
+    mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+  }
+}
+
+// Float tail shared by the K-quant kernels, in ggml's order: per super-block
+// sums[l] += (d_w * d_x) * lane[l], then sumf -= (dmin_w * d_x) * min_sum;
+// after the last super-block sumf += sums[0], ..., sums[7].
+struct KAccumulator {
+  float sums[8] = {};
+  float sumf = 0.0f;
+  void AddScaled(float d, const int32_t* lane) {
+    for (int l = 0; l < 8; ++l) sums[l] += d * static_cast<float>(lane[l]);
+  }
+  float Finish() {
+    for (int l = 0; l < 8; ++l) sumf += sums[l];
+    return sumf;
+  }
+};
+
+// The K-quant kernels unpack a super-block's quants to 256 int8 values in
+// element order and take integer sums per lane (element % 8) and sub-block,
+// as ggml's generic loops do; the lane totals are what the float lanes see.
+
+// lane[k] += sum over sub-blocks s of scale[s] * sum of the products of
+// elements k, k + 8, ... of sub-block s (kSub elements long).
+template <int kSub>
+inline void AddLaneSums(const int8_t* q, const int8_t* y, const int32_t* scale,
+                        int32_t* lane) {
+  for (int s = 0; s < 256 / kSub; ++s) {
+    // |q| <= 32 and |y| <= 128: the products fit in int16.
+    int16_t prod[kSub];
+    for (int e = 0; e < kSub; ++e) {
+      prod[e] = static_cast<int16_t>(q[kSub * s + e] * y[kSub * s + e]);
+    }
+    int32_t part[8] = {};
+    for (int g = 0; g < kSub / 8; ++g) {
+      for (int k = 0; k < 8; ++k) part[k] += prod[8 * g + k];
+    }
+    for (int k = 0; k < 8; ++k) lane[k] += scale[s] * part[k];
+  }
+}
+
+// sum over the 16 groups of 16 of bsums[g] * mins[g / 2].
+inline int32_t MinSum(const uint8_t* ab, const int32_t* mn) {
+  int16_t bsums[16];
+  std::memcpy(bsums, ab + kQ8_KBsums, sizeof(bsums));
+  int32_t sum = 0;
+  for (int g = 0; g < 16; ++g) sum += bsums[g] * mn[g / 2];
+  return sum;
+}
+
+// Q4_K x Q8_K.
+float DotQ4_K(const uint8_t* w, const uint8_t* a, int64_t n) {
+  KAccumulator acc;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const uint8_t* wb = w + 144 * b;
+    const uint8_t* ab = a + kQ8_KBytes * b;
+    int32_t sc[8], mn[8];
+    UnpackScalesMinsK4(wb + 4, sc, mn);
+    const uint8_t* qs = wb + 16;
+    int8_t q[256];
+    for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles, 32 high
+      for (int l = 0; l < 32; ++l) {
+        q[64 * c + l] = static_cast<int8_t>(qs[32 * c + l] & 0x0F);
+        q[64 * c + 32 + l] = static_cast<int8_t>(qs[32 * c + l] >> 4);
+      }
+    }
+    int32_t lane[8] = {};
+    AddLaneSums<32>(q, AsI8(ab + kQ8_KQs), sc, lane);
+    const float d_x = LoadF32(ab);
+    acc.AddScaled(LoadF16(wb) * d_x, lane);
+    acc.sumf -= (LoadF16(wb + 2) * d_x) * static_cast<float>(MinSum(ab, mn));
+  }
+  return acc.Finish();
+}
+
+// Q5_K x Q8_K.
+float DotQ5_K(const uint8_t* w, const uint8_t* a, int64_t n) {
+  KAccumulator acc;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const uint8_t* wb = w + 176 * b;
+    const uint8_t* ab = a + kQ8_KBytes * b;
+    int32_t sc[8], mn[8];
+    UnpackScalesMinsK4(wb + 4, sc, mn);
+    const uint8_t* qh = wb + 16;
+    const uint8_t* qs = wb + 48;
+    int8_t q[256];
+    for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c and 2c+1
+      for (int l = 0; l < 32; ++l) {
+        q[64 * c + l] = static_cast<int8_t>((qs[32 * c + l] & 0x0F) |
+                                            (((qh[l] >> (2 * c)) & 1) << 4));
+        q[64 * c + 32 + l] = static_cast<int8_t>(
+            (qs[32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4));
+      }
+    }
+    int32_t lane[8] = {};
+    AddLaneSums<32>(q, AsI8(ab + kQ8_KQs), sc, lane);
+    const float d_x = LoadF32(ab);
+    acc.AddScaled(LoadF16(wb) * d_x, lane);
+    acc.sumf -= (LoadF16(wb + 2) * d_x) * static_cast<float>(MinSum(ab, mn));
+  }
+  return acc.Finish();
+}
+
+// Q6_K x Q8_K.
+float DotQ6_K(const uint8_t* w, const uint8_t* a, int64_t n) {
+  KAccumulator acc;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const uint8_t* wb = w + 210 * b;
+    const uint8_t* ab = a + kQ8_KBytes * b;
+    int8_t q[256];
+    for (int h = 0; h < 2; ++h) {  // 128 elements from 64 ql and 32 qh bytes
+      const uint8_t* ql = wb + 64 * h;
+      const uint8_t* qh = wb + 128 + 32 * h;
+      int8_t* o = q + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        o[l] = static_cast<int8_t>(((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32);
+        o[l + 32] = static_cast<int8_t>(
+            ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        o[l + 64] = static_cast<int8_t>(
+            ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        o[l + 96] = static_cast<int8_t>(
+            ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+    }
+    int32_t sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(wb[192 + j]);
+    int32_t lane[8] = {};
+    AddLaneSums<16>(q, AsI8(ab + kQ8_KQs), sc, lane);
+    acc.AddScaled(LoadF16(wb + 208) * LoadF32(ab), lane);
+  }
+  return acc.Finish();
+}
+
+struct WeightKernel {
+  GgmlType act_type;
+  int block;        // elements per weight (and activation) block
+  int block_bytes;  // bytes per weight block
+  DotFn dot;
+};
+
+const WeightKernel* FindKernel(GgmlType weight_type) {
+  static constexpr WeightKernel kF32{GgmlType::kF32, 1, 4, DotF32};
+  static constexpr WeightKernel kF16{GgmlType::kF16, 1, 2, DotF16};
+  static constexpr WeightKernel kBF16{GgmlType::kBF16, 1, 2, DotBF16};
+  static constexpr WeightKernel kQ4_0{GgmlType::kQ8_0, 32, 18, DotQ4_0};
+  static constexpr WeightKernel kQ4_1{GgmlType::kQ8_1, 32, 20, DotQ4_1};
+  static constexpr WeightKernel kQ5_0{GgmlType::kQ8_0, 32, 22, DotQ5_0};
+  static constexpr WeightKernel kQ5_1{GgmlType::kQ8_1, 32, 24, DotQ5_1};
+  static constexpr WeightKernel kQ8_0{GgmlType::kQ8_0, 32, 34, DotQ8_0};
+  static constexpr WeightKernel kQ4_K{GgmlType::kQ8_K, 256, 144, DotQ4_K};
+  static constexpr WeightKernel kQ5_K{GgmlType::kQ8_K, 256, 176, DotQ5_K};
+  static constexpr WeightKernel kQ6_K{GgmlType::kQ8_K, 256, 210, DotQ6_K};
+  switch (weight_type) {
+    case GgmlType::kF32:
+      return &kF32;
+    case GgmlType::kF16:
+      return &kF16;
+    case GgmlType::kBF16:
+      return &kBF16;
+    case GgmlType::kQ4_0:
+      return &kQ4_0;
+    case GgmlType::kQ4_1:
+      return &kQ4_1;
+    case GgmlType::kQ5_0:
+      return &kQ5_0;
+    case GgmlType::kQ5_1:
+      return &kQ5_1;
+    case GgmlType::kQ8_0:
+      return &kQ8_0;
+    case GgmlType::kQ4_K:
+      return &kQ4_K;
+    case GgmlType::kQ5_K:
+      return &kQ5_K;
+    case GgmlType::kQ6_K:
+      return &kQ6_K;
+    default:
+      return nullptr;
+  }
+}
+
+// MatMulRows keeps a tile of weight rows of about this many bytes hot in L1
+// while it runs every token against it.
+constexpr int64_t kRowTileBytes = 16 * 1024;
+constexpr int64_t kMaxRowTile = 16;
+
+}  // namespace
+
+absl::StatusOr<GgmlType> VecDotType(GgmlType weight_type) {
+  const WeightKernel* k = FindKernel(weight_type);
+  if (k == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("no dot product for weights of ggml type ",
+                     model::GgmlTypeName(weight_type), " (id ",
+                     static_cast<uint32_t>(weight_type), ")"));
+  }
+  return k->act_type;
+}
+
+absl::Status ValidateVecDot(GgmlType weight_type, int64_t n) {
+  absl::StatusOr<GgmlType> act = VecDotType(weight_type);
+  if (!act.ok()) return act.status();
+  const int block = FindKernel(weight_type)->block;
+  if (n <= 0 || n % block != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows of ", n, " elements of ", model::GgmlTypeName(weight_type),
+        ": need a positive multiple of the block size ", block));
+  }
+  return absl::OkStatus();
+}
+
+int64_t ActivationRowBytes(GgmlType vec_dot_type, int64_t n) {
+  switch (vec_dot_type) {
+    case GgmlType::kQ8_0:
+      return n / 32 * kQ8_0Bytes;
+    case GgmlType::kQ8_1:
+      return n / 32 * kQ8_1Bytes;
+    case GgmlType::kQ8_K:
+      return n / 256 * kQ8_KBytes;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return 2 * n;
+    case GgmlType::kF32:
+      return 4 * n;
+    default:
+      return -1;
+  }
+}
+
+void QuantizeActivations(GgmlType vec_dot_type, const float* x, int64_t n,
+                         void* out) {
+  auto* o = static_cast<uint8_t*>(out);
+  switch (vec_dot_type) {
+    case GgmlType::kQ8_0:
+      QuantizeQ8_0(x, n, o);
+      return;
+    case GgmlType::kQ8_1:
+      QuantizeQ8_1(x, n, o);
+      return;
+    case GgmlType::kQ8_K:
+      QuantizeQ8_K(x, n, o);
+      return;
+    case GgmlType::kF16:
+      for (int64_t i = 0; i < n; ++i) StoreU16(o + 2 * i, Fp32ToFp16(x[i]));
+      return;
+    case GgmlType::kBF16:
+      for (int64_t i = 0; i < n; ++i) StoreU16(o + 2 * i, FloatToBf16(x[i]));
+      return;
+    case GgmlType::kF32:
+      if (n > 0) std::memcpy(o, x, sizeof(float) * n);
+      return;
+    default:
+      return;
+  }
+}
+
+float VecDot(GgmlType weight_type, const void* weight_row,
+             const void* activations, int64_t n) {
+  const WeightKernel* k = FindKernel(weight_type);
+  if (k == nullptr) return std::numeric_limits<float>::quiet_NaN();
+  return k->dot(static_cast<const uint8_t*>(weight_row),
+                static_cast<const uint8_t*>(activations), n);
+}
+
+void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
+                int64_t row_begin, int64_t row_end, const void* activations,
+                int n_tokens, float* out, int64_t out_stride) {
+  const WeightKernel* k = FindKernel(weight_type);
+  if (k == nullptr) {
+    for (int t = 0; t < n_tokens; ++t) {
+      for (int64_t r = row_begin; r < row_end; ++r) {
+        out[t * out_stride + r] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+    return;
+  }
+  const DotFn dot = k->dot;
+  const int64_t row_bytes = n / k->block * k->block_bytes;
+  const int64_t act_bytes = ActivationRowBytes(k->act_type, n);
+  int64_t tile = row_bytes > 0 ? kRowTileBytes / row_bytes : kMaxRowTile;
+  tile = tile < 1 ? 1 : (tile > kMaxRowTile ? kMaxRowTile : tile);
+  const auto* w = static_cast<const uint8_t*>(weights);
+  const auto* a = static_cast<const uint8_t*>(activations);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += tile) {
+    const int64_t r1 = r0 + tile < row_end ? r0 + tile : row_end;
+    for (int t = 0; t < n_tokens; ++t) {
+      const uint8_t* at = a + t * act_bytes;
+      float* ot = out + t * out_stride;
+      for (int64_t r = r0; r < r1; ++r) ot[r] = dot(w + r * row_bytes, at, n);
+    }
+  }
+}
+
+}  // namespace pdserve::kernels
