@@ -1,0 +1,269 @@
+// Sampler: chooses the next token of one sequence from the model's logits,
+// following the request's SamplingParams (proto/common.proto, message
+// SamplingParams, whose semantics the plain struct below carries exactly; the
+// serving layer converts the proto into it and this file has no proto
+// dependency).
+//
+// Pipeline for one step (the llama.cpp sampler-chain order, which vLLM
+// matches for these knobs):
+//   1. sanitise: NaN logits count as -inf;
+//   2. penalties: repetition (prompt and generated tokens), then frequency
+//      and presence (generated tokens only);
+//   3. temperature == 0: greedy argmax over the penalised logits (ties go to
+//      the lowest token id); stop here;
+//   4. top-k, 5. top-p, 6. min-p, each on the penalised logits at
+//      temperature 1 (top-p and min-p see the distribution renormalised over
+//      the tokens the previous steps kept);
+//   7. temperature, 8. softmax, 9. one draw.
+// Ties inside top-k / top-p are broken by the lowest token id: candidates are
+// ordered by (penalised logit descending, token id ascending), a strict total
+// order, so the kept set never depends on the sort algorithm.
+//
+// Logprobs are the log-softmax of the *raw* model logits (NaN as -inf),
+// before penalties, temperature and truncation: vLLM's default "raw
+// logprobs" and what TokenLogprob.logprob in the proto promises. They
+// describe what the model thinks, independent of how the client samples.
+//
+// Reproducibility. The draw at generation step i uses one uniform double
+// from a xoshiro256** generator seeded, through splitmix64, from (seed, i)
+// only (SeededUniform below spells out the exact recipe), so a request that
+// migrates to another decode worker at step i draws the same number there.
+// No std:: distribution is used (their output differs between standard
+// libraries). Everything after the draw is a deterministic function of the
+// logits, so the same binary picks the same token on any machine; across
+// builds the token can only differ if libm's exp() rounds differently and a
+// draw lands within that rounding of a bucket boundary. Without a seed, the
+// sampler takes one seed from std::random_device at creation and uses the
+// same recipe.
+//
+// Non-finite logits. NaN counts as -inf. +inf logits (or penalised logits
+// that overflow to +inf) win outright: the candidates become exactly the
+// +inf tokens, with equal probability. If every logit is -inf/NaN there is
+// no meaningful choice: Sample falls back to token 0 and sets
+// SampleResult::degenerate so the caller can log or fail the request.
+//
+// Cost per step. Greedy is a single pass over the logits (plus the
+// O(n_logprobs) extras when logprobs are requested). Sampling uses one
+// scratch buffer of vocab_size entries, allocated on the first non-greedy
+// step and reused afterwards; top-p sorts only as many candidates as it
+// needs (in growing chunks). Penalty bookkeeping is proportional to the
+// number of distinct tokens seen, not to the vocabulary.
+//
+// Ownership: a Sampler owns copies of its parameters and token history.
+// Thread-safety: none; one Sampler belongs to one sequence and is used by one
+// thread at a time (it is movable, e.g. into the sequence's state).
+#ifndef PDSERVE_ENGINE_SAMPLER_H_
+#define PDSERVE_ENGINE_SAMPLER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace pdserve::engine {
+
+// Mirrors pdserve.v1.SamplingParams field by field; defaults are the proto's
+// documented values for absent fields. Ranges are checked by
+// ValidateSamplingParams, not here.
+struct SamplingParams {
+  // Softmax temperature, >= 0 and finite; 0 means greedy.
+  float temperature = 1.0f;
+  // Keep only the k most likely tokens; 0 disables (so does k >= vocab).
+  uint32_t top_k = 0;
+  // Nucleus sampling mass in (0, 1]; 1 disables.
+  float top_p = 1.0f;
+  // Relative probability floor in [0, 1]; 0 disables.
+  float min_p = 0.0f;
+  // > 0 and finite; 1 disables. Positive logits of tokens in the prompt or
+  // the generated text are divided by it, negative ones multiplied.
+  float repetition_penalty = 1.0f;
+  // [-2, 2]; subtracted once from every token present in the generated text.
+  float presence_penalty = 0.0f;
+  // [-2, 2]; subtracted once per occurrence in the generated text.
+  float frequency_penalty = 0.0f;
+  // Absent: nondeterministic.
+  std::optional<uint64_t> seed;
+  // Absent: until the context is full. 0 is invalid.
+  std::optional<uint32_t> max_tokens;
+  // At most 16, each non-empty.
+  std::vector<std::string> stop;
+  // Extra token ids that end generation; each < vocab_size.
+  std::vector<uint32_t> stop_token_ids;
+  // When true, the model's EOS tokens do not end generation.
+  bool ignore_eos = false;
+  // When true, every sampled token carries its logprob.
+  bool logprobs = false;
+  // Alternatives per token, 0..20; > 0 requires logprobs.
+  uint32_t top_logprobs = 0;
+};
+
+// Limits from the proto comments, exported for error messages elsewhere.
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr uint32_t kMaxTopLogprobs = 20;
+
+// OK, or INVALID_ARGUMENT whose message names the first offending field, its
+// allowed range and the value received. vocab_size (the length of a logits
+// row) must be > 0; stop_token_ids must lie in [0, vocab_size).
+absl::Status ValidateSamplingParams(const SamplingParams& params,
+                                    int32_t vocab_size);
+
+// A token and its raw log-probability.
+struct TokenLogprob {
+  uint32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  uint32_t token_id = 0;
+  // Raw log-softmax of token_id (see the file comment). Computed only when
+  // params.logprobs is true; 0 otherwise.
+  float logprob = 0.0f;
+  // The params.top_logprobs most likely tokens under the raw distribution,
+  // most likely first (ties: lowest id first); may include token_id. Empty
+  // unless params.logprobs.
+  std::vector<TokenLogprob> top_logprobs;
+  // True when every logit was NaN or -inf (after penalties) and token 0 was
+  // returned by the documented fallback.
+  bool degenerate = false;
+};
+
+// One entry of the final sampling distribution (see Sampler::Distribution).
+struct TokenProb {
+  uint32_t token_id = 0;
+  double prob = 0.0;
+};
+
+class Sampler {
+ public:
+  // Validates `params` (ValidateSamplingParams) and the token ids (each must
+  // be < vocab_size; INVALID_ARGUMENT otherwise). `generated_ids` are tokens
+  // already generated for this request (a migrated or resumed sequence), so
+  // the penalties continue where they left off.
+  static absl::StatusOr<Sampler> Create(
+      const SamplingParams& params, int32_t vocab_size,
+      absl::Span<const uint32_t> prompt_ids,
+      absl::Span<const uint32_t> generated_ids = {});
+
+  Sampler(Sampler&&) = default;
+  Sampler& operator=(Sampler&&) = default;
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  // Chooses the token for generation step `step` (0 for the first generated
+  // token; with a seed, the draw depends only on (seed, step)). Does not
+  // record the token: call Accept with the token the sequence actually
+  // keeps. INVALID_ARGUMENT when logits.size() != vocab_size or step < 0.
+  absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits,
+                                      int64_t step);
+
+  // Appends `token` to the generated text (affects later penalties).
+  // INVALID_ARGUMENT when token >= vocab_size.
+  absl::Status Accept(uint32_t token);
+
+  // The distribution Sample draws from at temperature > 0: the kept
+  // candidates with their probabilities (summing to 1), in the order the
+  // draw walks them. For temperature == 0, the single greedy token with
+  // probability 1; for degenerate logits, token 0 with probability 1. Meant
+  // for tests, debugging and (later) speculative-decoding acceptance.
+  // INVALID_ARGUMENT when logits.size() != vocab_size.
+  absl::StatusOr<std::vector<TokenProb>> Distribution(
+      absl::Span<const float> logits);
+
+  const SamplingParams& params() const { return params_; }
+  int32_t vocab_size() const { return vocab_size_; }
+  // Number of tokens passed to Create as generated plus those Accepted.
+  int64_t num_generated() const { return num_generated_; }
+  // The seed in use (params.seed, or the one drawn at creation).
+  uint64_t seed() const { return seed_; }
+
+ private:
+  struct Seen {
+    bool in_prompt = false;
+    int32_t generated_count = 0;
+  };
+  // A candidate in the scratch buffer. `value` is the (penalised) logit
+  // while truncating and becomes the unnormalised probability in ToWeights,
+  // so one vocab-sized buffer serves the whole step.
+  struct Candidate {
+    float value;
+    uint32_t id;
+  };
+  // What Prepare leaves in scratch_[0, size): the kept candidates, in id
+  // order (nothing sorted them) or in (logit desc, id asc) order (top-k or
+  // top-p did); both orders are functions of the logits alone.
+  struct Kept {
+    size_t size = 0;
+    // Largest kept logit (0 when +inf logits took over).
+    float max = 0.0f;
+    // Every logit was -inf/NaN; scratch_ holds nothing useful.
+    bool degenerate = false;
+  };
+
+  Sampler(const SamplingParams& params, int32_t vocab_size, uint64_t seed);
+
+  bool PenaltiesActive() const;
+  void Record(uint32_t token, bool in_prompt);
+  float Penalise(float logit, const Seen& seen) const;
+  // Single-pass argmax over sanitised, penalised logits; lowest id on ties.
+  // Sets *degenerate (and returns 0) when nothing is above -inf.
+  uint32_t Greedy(absl::Span<const float> logits, bool* degenerate) const;
+  // Pipeline steps 1, 2, 4, 5 and 6 into scratch_.
+  Kept Prepare(absl::Span<const float> logits);
+  // Replaces the kept logits by exp((l - max) / T) and returns their sum.
+  double ToWeights(size_t n, float max);
+  void FillLogprobs(absl::Span<const float> logits, uint32_t token,
+                    SampleResult* result) const;
+
+  SamplingParams params_;
+  int32_t vocab_size_ = 0;
+  uint64_t seed_ = 0;
+  int64_t num_generated_ = 0;
+  // Every token seen in the prompt or the generated text. Kept only when
+  // penalties are active (nothing else reads it).
+  absl::flat_hash_map<uint32_t, Seen> seen_;
+  // Bit per vocabulary entry: set when the token is in seen_. Only kept when
+  // penalties are active; lets greedy skip hash lookups for unseen tokens.
+  std::vector<uint64_t> seen_bits_;
+  // Reused across steps; sized vocab_size on first non-greedy use.
+  std::vector<Candidate> scratch_;
+};
+
+// The exact, portable randomness recipe (exposed so other implementations,
+// e.g. a GPU sampler or a test oracle, can reproduce it):
+//   k = SplitMix64Next(&seed_state) with seed_state = seed (first splitmix64
+//       output for `seed`);
+//   s = k ^ step; the xoshiro256** state is the next four outputs of
+//       splitmix64 started at state s;
+//   the uniform is (first xoshiro256** output >> 11) * 2^-53, in [0, 1).
+double SeededUniform(uint64_t seed, uint64_t step);
+
+// splitmix64 (Vigna): advances *state by the golden gamma and returns the
+// mixed value.
+uint64_t SplitMix64Next(uint64_t* state);
+
+// xoshiro256** 1.0 (Blackman & Vigna).
+class Xoshiro256StarStar {
+ public:
+  // State words taken verbatim (must not all be zero).
+  explicit Xoshiro256StarStar(const uint64_t state[4]);
+  // State words from four splitmix64 outputs starting at `seed`.
+  static Xoshiro256StarStar FromSplitMix64(uint64_t seed);
+  uint64_t Next();
+
+ private:
+  uint64_t s_[4];
+};
+
+// Top 53 bits of `bits` as a double in [0, 1).
+inline double UniformDoubleFromBits(uint64_t bits) {
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+}  // namespace pdserve::engine
+
+#endif  // PDSERVE_ENGINE_SAMPLER_H_
