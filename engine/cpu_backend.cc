@@ -1,0 +1,386 @@
+#include "engine/cpu_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+namespace pdserve::engine {
+namespace {
+
+using kv_transfer::KvHalf;
+using model::GgmlType;
+using model::WeightMatrix;
+
+// fp16 -> fp32 by table, as ggml does on CPUs without F16C in the baseline:
+// attention reads every cached K and V element through it.
+const float* Fp16Table() {
+  static const std::array<float, 65536>* table = [] {
+    auto* t = new std::array<float, 65536>;
+    for (uint32_t i = 0; i < 65536; ++i) {
+      (*t)[i] = kernels::Fp16ToFp32(static_cast<uint16_t>(i));
+    }
+    return t;
+  }();
+  return table->data();
+}
+
+// Rounds through fp16, as ggml does when an f32 operand meets an f16 one in
+// a matrix product.
+inline float RoundFp16(float x, const float* table) {
+  return table[kernels::Fp32ToFp16(x)];
+}
+
+}  // namespace
+
+int64_t CountLogitsRows(const ForwardBatch& batch) {
+  int64_t rows = 0;
+  for (const SequenceChunk& c : batch.chunks) {
+    if (c.logits == LogitsMode::kLast) rows += 1;
+    if (c.logits == LogitsMode::kAll) rows += c.tokens.size();
+  }
+  return rows;
+}
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
+    const model::ModelConfig& config, const model::ModelWeights& weights,
+    std::unique_ptr<KvCachePool> pool, const CpuBackendOptions& options) {
+  if (pool == nullptr) return absl::InvalidArgumentError("no KV cache pool");
+  const v1::KvLayout& l = pool->layout();
+  if (l.num_layers() != static_cast<uint32_t>(config.num_layers) ||
+      l.num_kv_heads() != static_cast<uint32_t>(config.num_kv_heads) ||
+      l.head_dim() != static_cast<uint32_t>(config.head_dim)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV layout (", l.num_layers(), " layers, ",
+                     l.num_kv_heads(), " KV heads of ", l.head_dim(),
+                     ") does not fit the model (", config.num_layers, ", ",
+                     config.num_kv_heads, ", ", config.head_dim, ")"));
+  }
+  if (l.dtype() != v1::KV_DTYPE_F16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CPU backend keeps KV in fp16, not ", v1::KvDtype_Name(l.dtype())));
+  }
+  Fp16Table();  // build it now rather than inside the first request
+  return std::unique_ptr<CpuBackend>(
+      new CpuBackend(config, weights, std::move(pool), options.num_threads));
+}
+
+CpuBackend::CpuBackend(const model::ModelConfig& config,
+                       const model::ModelWeights& weights,
+                       std::unique_ptr<KvCachePool> pool, int num_threads)
+    : config_(config),
+      weights_(weights),
+      pool_(std::move(pool)),
+      threads_(num_threads) {}
+
+absl::Status CpuBackend::Validate(const ForwardBatch& batch) const {
+  const int32_t bs = pool_->layout().block_size_tokens();
+  const int32_t num_blocks = pool_->layout().num_blocks();
+  if (batch.chunks.empty()) return absl::InvalidArgumentError("empty batch");
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    const SequenceChunk& c = batch.chunks[i];
+    if (c.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", i, " is empty"));
+    }
+    const int64_t end = int64_t{c.start_pos} + c.tokens.size();
+    if (c.start_pos < 0 || end > config_.context_length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", i, " covers positions [", c.start_pos, ", ", end,
+          "), outside the context of ", config_.context_length, " tokens"));
+    }
+    const int64_t blocks_needed = (end + bs - 1) / bs;
+    if (static_cast<int64_t>(c.block_table.size()) < blocks_needed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", i, " needs ", blocks_needed,
+                       " blocks, its block table has ", c.block_table.size()));
+    }
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      if (c.block_table[b] < 0 || c.block_table[b] >= num_blocks) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chunk ", i, " names block ", c.block_table[b],
+                         ", outside the pool of ", num_blocks));
+      }
+    }
+    for (int32_t t : c.tokens) {
+      if (t < 0 || t >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", t, " outside the vocabulary of ", config_.vocab_size));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CpuBackend::MatMul(const WeightMatrix& w, const float* x, int n_tokens,
+                        float* out, QuantizedRows* cache) {
+  // VecDotType cannot fail: ModelWeights::Load refused unsupported formats.
+  const GgmlType format = *kernels::VecDotType(w.type);
+  if (cache->source != x || cache->format != format) {
+    cache->source = x;
+    cache->format = format;
+    cache->row_bytes = kernels::ActivationRowBytes(format, w.cols);
+    cache->bytes.resize(cache->row_bytes * n_tokens);
+    const int64_t cols = w.cols;
+    threads_.ParallelFor(n_tokens, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        kernels::QuantizeActivations(
+            format, x + t * cols, cols,
+            cache->bytes.data() + t * cache->row_bytes);
+      }
+    });
+  }
+  threads_.ParallelForGrained(w.rows, 4, [&](int64_t begin, int64_t end) {
+    kernels::MatMulRows(w.type, w.data, w.cols, begin, end, cache->bytes.data(),
+                        n_tokens, out, w.rows);
+  });
+}
+
+void CpuBackend::RmsNorm(const float* x, const std::vector<float>& weight,
+                         int n_tokens, float* out) {
+  const int dim = config_.hidden_size;
+  const float eps = config_.rms_norm_eps;
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* row = x + int64_t{t} * dim;
+    float* dst = out + int64_t{t} * dim;
+    double sum = 0;
+    for (int i = 0; i < dim; ++i) sum += static_cast<double>(row[i] * row[i]);
+    const float mean = static_cast<float>(sum / dim);
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    for (int i = 0; i < dim; ++i) dst[i] = (row[i] * scale) * weight[i];
+  }
+}
+
+void CpuBackend::ComputeRopeTables(int n_tokens) {
+  const int pairs = config_.rope_dims / 2;
+  rope_cos_.resize(int64_t{n_tokens} * pairs);
+  rope_sin_.resize(int64_t{n_tokens} * pairs);
+  const float theta_scale =
+      std::pow(config_.rope_freq_base, -2.0f / config_.rope_dims);
+  const std::vector<float>& factors = weights_.rope_freq_factors;
+  for (int t = 0; t < n_tokens; ++t) {
+    float theta = static_cast<float>(tokens_[t].pos);
+    for (int i = 0; i < pairs; ++i) {
+      const float ff = factors.empty() ? 1.0f : factors[i];
+      const float angle = config_.rope_freq_scale * (theta / ff);
+      rope_cos_[int64_t{t} * pairs + i] = std::cos(angle);
+      rope_sin_[int64_t{t} * pairs + i] = std::sin(angle);
+      theta *= theta_scale;
+    }
+  }
+}
+
+void CpuBackend::ApplyRope(float* rows, int n_tokens, int n_heads) {
+  const int pairs = config_.rope_dims / 2;
+  const int head_dim = config_.head_dim;
+  const bool halves = config_.rope_style == model::RopeStyle::kHalves;
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* cs = rope_cos_.data() + int64_t{t} * pairs;
+    const float* sn = rope_sin_.data() + int64_t{t} * pairs;
+    for (int h = 0; h < n_heads; ++h) {
+      float* x = rows + (int64_t{t} * n_heads + h) * head_dim;
+      for (int i = 0; i < pairs; ++i) {
+        const int a = halves ? i : 2 * i;
+        const int b = halves ? i + pairs : 2 * i + 1;
+        const float x0 = x[a];
+        const float x1 = x[b];
+        x[a] = x0 * cs[i] - x1 * sn[i];
+        x[b] = x0 * sn[i] + x1 * cs[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::StoreKv(const ForwardBatch& batch, int layer, int n_tokens) {
+  const int32_t bs = pool_->layout().block_size_tokens();
+  const int kv = config_.kv_size();
+  for (int t = 0; t < n_tokens; ++t) {
+    const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
+    const int32_t pos = tokens_[t].pos;
+    const uint32_t block = c.block_table[pos / bs];
+    auto* kdst = reinterpret_cast<uint16_t*>(
+        pool_->Slot(layer, block, KvHalf::kKey, pos % bs));
+    auto* vdst = reinterpret_cast<uint16_t*>(
+        pool_->Slot(layer, block, KvHalf::kValue, pos % bs));
+    for (int i = 0; i < kv; ++i) {
+      kdst[i] = kernels::Fp32ToFp16(k_[int64_t{t} * kv + i]);
+      vdst[i] = kernels::Fp32ToFp16(v_[int64_t{t} * kv + i]);
+    }
+  }
+}
+
+void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
+  const int heads = config_.num_heads;
+  const int group = config_.num_heads / config_.num_kv_heads;
+  const int d = config_.head_dim;
+  const int32_t bs = pool_->layout().block_size_tokens();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float* f16 = Fp16Table();
+
+  threads_.ParallelFor(
+      int64_t{n_tokens} * heads, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<float> scores;
+        thread_local std::vector<float> q16;
+        thread_local std::vector<float> acc;
+        q16.resize(d);
+        acc.resize(d);
+        for (int64_t item = begin; item < end; ++item) {
+          const int t = static_cast<int>(item / heads);
+          const int h = static_cast<int>(item % heads);
+          const int kvh = h / group;
+          const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
+          const int32_t n_ctx = tokens_[t].pos + 1;  // causal: positions <= pos
+          const float* q = q_.data() + (int64_t{t} * heads + h) * d;
+          for (int i = 0; i < d; ++i) q16[i] = RoundFp16(q[i], f16);
+          scores.resize(n_ctx);
+
+          float max_score = -std::numeric_limits<float>::infinity();
+          for (int32_t j = 0; j < n_ctx; ++j) {
+            const auto* kj =
+                reinterpret_cast<const uint16_t*>(pool_->Slot(
+                    layer, c.block_table[j / bs], KvHalf::kKey, j % bs)) +
+                kvh * d;
+            float dot = 0;
+            for (int i = 0; i < d; ++i) dot += q16[i] * f16[kj[i]];
+            scores[j] = dot * scale;
+            max_score = std::max(max_score, scores[j]);
+          }
+          double denom = 0;
+          for (int32_t j = 0; j < n_ctx; ++j) {
+            scores[j] = std::exp(scores[j] - max_score);
+            denom += scores[j];
+          }
+          const float inv = static_cast<float>(1.0 / denom);
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int32_t j = 0; j < n_ctx; ++j) {
+            const float p = RoundFp16(scores[j] * inv, f16);
+            const auto* vj =
+                reinterpret_cast<const uint16_t*>(pool_->Slot(
+                    layer, c.block_table[j / bs], KvHalf::kValue, j % bs)) +
+                kvh * d;
+            for (int i = 0; i < d; ++i) acc[i] += p * f16[vj[i]];
+          }
+          std::memcpy(attn_.data() + (int64_t{t} * heads + h) * d, acc.data(),
+                      d * sizeof(float));
+        }
+      });
+}
+
+absl::Status CpuBackend::Forward(const ForwardBatch& batch,
+                                 std::vector<float>* logits) {
+  PD_RETURN_IF_ERROR(Validate(batch));
+  const int E = config_.hidden_size;
+  const int F = config_.ffn_size;
+  const int Q = config_.q_size();
+  const int KV = config_.kv_size();
+
+  tokens_.clear();
+  for (size_t ci = 0; ci < batch.chunks.size(); ++ci) {
+    const SequenceChunk& c = batch.chunks[ci];
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      tokens_.push_back(
+          {static_cast<int32_t>(ci), c.start_pos + static_cast<int32_t>(i)});
+    }
+  }
+  const int T = static_cast<int>(tokens_.size());
+  x_.resize(int64_t{T} * E);
+  xn_.resize(int64_t{T} * E);
+  q_.resize(int64_t{T} * Q);
+  k_.resize(int64_t{T} * KV);
+  v_.resize(int64_t{T} * KV);
+  attn_.resize(int64_t{T} * Q);
+  gate_.resize(int64_t{T} * F);
+  up_.resize(int64_t{T} * F);
+  proj_.resize(int64_t{T} * E);
+
+  // Embeddings (exact: dequantizing one row per token).
+  {
+    const WeightMatrix& emb = weights_.token_embedding;
+    int t = 0;
+    for (const SequenceChunk& c : batch.chunks) {
+      for (int32_t id : c.tokens) {
+        PD_RETURN_IF_ERROR(kernels::DequantizeRow(emb.type, emb.row(id), E,
+                                                  x_.data() + int64_t{t} * E));
+        ++t;
+      }
+    }
+  }
+  ComputeRopeTables(T);
+
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const model::LayerWeights& L = weights_.layers[l];
+    // Attention block.
+    RmsNorm(x_.data(), L.attn_norm, T, xn_.data());
+    qrows_a_.source = nullptr;
+    MatMul(L.wq, xn_.data(), T, q_.data(), &qrows_a_);
+    MatMul(L.wk, xn_.data(), T, k_.data(), &qrows_a_);
+    MatMul(L.wv, xn_.data(), T, v_.data(), &qrows_a_);
+    if (config_.has_qkv_bias) {
+      for (int t = 0; t < T; ++t) {
+        for (int i = 0; i < Q; ++i) q_[int64_t{t} * Q + i] += L.bq[i];
+        for (int i = 0; i < KV; ++i) {
+          k_[int64_t{t} * KV + i] += L.bk[i];
+          v_[int64_t{t} * KV + i] += L.bv[i];
+        }
+      }
+    }
+    ApplyRope(q_.data(), T, config_.num_heads);
+    ApplyRope(k_.data(), T, config_.num_kv_heads);
+    StoreKv(batch, l, T);
+    Attention(batch, l, T);
+    qrows_b_.source = nullptr;
+    MatMul(L.wo, attn_.data(), T, proj_.data(), &qrows_b_);
+    for (int64_t i = 0; i < int64_t{T} * E; ++i) x_[i] += proj_[i];
+
+    // Feed-forward block: down(silu(gate(x)) * up(x)).
+    RmsNorm(x_.data(), L.ffn_norm, T, xn_.data());
+    qrows_a_.source = nullptr;
+    MatMul(L.ffn_gate, xn_.data(), T, gate_.data(), &qrows_a_);
+    MatMul(L.ffn_up, xn_.data(), T, up_.data(), &qrows_a_);
+    for (int64_t i = 0; i < int64_t{T} * F; ++i) {
+      const float g = gate_[i];
+      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+    }
+    qrows_b_.source = nullptr;
+    MatMul(L.ffn_down, gate_.data(), T, proj_.data(), &qrows_b_);
+    for (int64_t i = 0; i < int64_t{T} * E; ++i) x_[i] += proj_[i];
+
+    if (batch.on_layer_done) batch.on_layer_done(l);
+  }
+
+  // Final norm and output projection, only for the rows that want logits.
+  const int64_t rows = CountLogitsRows(batch);
+  logits->resize(rows * config_.vocab_size);
+  if (rows == 0) return absl::OkStatus();
+  std::vector<float>& selected = proj_;  // free now; T >= rows
+  {
+    int t = 0;
+    int64_t r = 0;
+    for (const SequenceChunk& c : batch.chunks) {
+      const int n = static_cast<int>(c.tokens.size());
+      if (c.logits == LogitsMode::kAll) {
+        std::memcpy(selected.data() + r * E, x_.data() + int64_t{t} * E,
+                    sizeof(float) * E * n);
+        r += n;
+      } else if (c.logits == LogitsMode::kLast) {
+        std::memcpy(selected.data() + r * E, x_.data() + int64_t{t + n - 1} * E,
+                    sizeof(float) * E);
+        r += 1;
+      }
+      t += n;
+    }
+  }
+  RmsNorm(selected.data(), weights_.output_norm, static_cast<int>(rows),
+          xn_.data());
+  qrows_a_.source = nullptr;
+  MatMul(weights_.output, xn_.data(), static_cast<int>(rows), logits->data(),
+         &qrows_a_);
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve::engine

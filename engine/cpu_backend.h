@@ -1,0 +1,106 @@
+// CpuBackend: the transformer forward pass on the CPU, for the llama and
+// qwen2 families (model/model_config.h), over a paged fp16 KV cache.
+//
+// Numerics follow llama.cpp's CPU backend closely, because pdserve's greedy
+// output is checked token for token against it:
+//  - each matrix product quantizes its activation rows to the weight type's
+//    dot-product format (Q8_0 / Q8_1 / Q8_K, see kernels/matmul.h) and sums
+//    integer products per block;
+//  - RMSNorm sums squares in double and scales in float, then multiplies by
+//    the weight (ggml_rms_norm followed by ggml_mul);
+//  - RoPE angles are built as ggml does, multiplying theta by
+//    base^(-2/dims) pair after pair in float;
+//  - K and V are stored as fp16; attention rounds the query and the softmax
+//    probabilities to fp16 before their dot products, as ggml's f16
+//    matrix products do, and sums the softmax denominator in double.
+//
+// Work is split over a persistent thread pool: matrix rows for the products,
+// (token, head) pairs for attention. Results do not depend on the number of
+// threads (every output element is computed by exactly one thread in a fixed
+// order).
+//
+// Ownership: borrows the ModelConfig and ModelWeights (which borrow the
+// GgufFile) — all must outlive the backend; owns the KV pool and scratch.
+// Thread-safety: one Forward at a time.
+#ifndef PDSERVE_ENGINE_CPU_BACKEND_H_
+#define PDSERVE_ENGINE_CPU_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/thread_pool.h"
+#include "engine/forward_backend.h"
+#include "engine/kv_cache_pool.h"
+#include "model/gguf_types.h"
+#include "model/model_config.h"
+#include "model/model_weights.h"
+
+namespace pdserve::engine {
+
+struct CpuBackendOptions {
+  // Threads for the forward pass; <= 0 means the CPUs this process may use.
+  int num_threads = 0;
+};
+
+class CpuBackend : public ForwardBackend {
+ public:
+  // INVALID_ARGUMENT when the pool's layout does not fit the model (layers,
+  // KV heads, head size) or is not fp16.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
+      const model::ModelConfig& config, const model::ModelWeights& weights,
+      std::unique_ptr<KvCachePool> pool, const CpuBackendOptions& options);
+
+  absl::Status Forward(const ForwardBatch& batch,
+                       std::vector<float>* logits) override;
+  int32_t vocab_size() const override { return config_.vocab_size; }
+  KvCachePool& kv_pool() override { return *pool_; }
+  int num_threads() const override { return threads_.num_threads(); }
+
+ private:
+  // One new token of the batch.
+  struct TokenRef {
+    int32_t chunk;
+    int32_t pos;
+  };
+  // Activation rows quantized for one dot-product format, reused by every
+  // matrix that reads the same rows in the same format (Q, K and V).
+  struct QuantizedRows {
+    const float* source = nullptr;
+    model::GgmlType format = model::GgmlType::kF32;
+    int64_t row_bytes = 0;
+    std::vector<uint8_t> bytes;
+  };
+
+  CpuBackend(const model::ModelConfig& config,
+             const model::ModelWeights& weights,
+             std::unique_ptr<KvCachePool> pool, int num_threads);
+
+  absl::Status Validate(const ForwardBatch& batch) const;
+  // out[t * w.rows + r] = row r of w . x[t], for t < n_tokens.
+  void MatMul(const model::WeightMatrix& w, const float* x, int n_tokens,
+              float* out, QuantizedRows* cache);
+  void RmsNorm(const float* x, const std::vector<float>& weight, int n_tokens,
+               float* out);
+  void ComputeRopeTables(int n_tokens);
+  void ApplyRope(float* rows, int n_tokens, int n_heads);
+  void StoreKv(const ForwardBatch& batch, int layer, int n_tokens);
+  void Attention(const ForwardBatch& batch, int layer, int n_tokens);
+
+  const model::ModelConfig& config_;
+  const model::ModelWeights& weights_;
+  std::unique_ptr<KvCachePool> pool_;
+  common::ThreadPool threads_;
+
+  // Scratch, grown to the largest batch seen and then reused.
+  std::vector<TokenRef> tokens_;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, proj_;
+  std::vector<float> rope_cos_, rope_sin_;  // [n_tokens][rope_dims / 2]
+  std::vector<float> attn_scratch_;         // per thread: scores
+  QuantizedRows qrows_a_, qrows_b_;
+};
+
+}  // namespace pdserve::engine
+
+#endif  // PDSERVE_ENGINE_CPU_BACKEND_H_

@@ -1,0 +1,306 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace pdserve::engine {
+
+absl::StatusOr<std::unique_ptr<LlmEngine>> LlmEngine::Create(
+    const model::Model& model, const EngineOptions& options) {
+  if (options.max_running <= 0) {
+    return absl::InvalidArgumentError("max_running must be positive");
+  }
+  std::unique_ptr<LlmEngine> e(new LlmEngine(model, options));
+  PD_ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(model, options.runner));
+  const model::Tokenizer& tok = model.tokenizer();
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (tok.IsEndOfGeneration(id)) e->eos_ids_.push_back(id);
+  }
+  return e;
+}
+
+absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
+  const int32_t vocab = runner_->vocab_size();
+  if (request.prompt.empty()) {
+    return absl::InvalidArgumentError("the prompt is empty");
+  }
+  if (static_cast<int64_t>(request.prompt.size()) >=
+      runner_->context_length()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", request.prompt.size(),
+        " tokens; the model's context holds ", runner_->context_length(),
+        " including at least one generated token"));
+  }
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt token id ", t, " is outside the vocabulary of ", vocab));
+    }
+  }
+  PD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling, vocab));
+
+  auto r = std::make_unique<Request>();
+  std::vector<uint32_t> prompt_u(request.prompt.begin(), request.prompt.end());
+  PD_ASSIGN_OR_RETURN(Sampler sampler,
+                      Sampler::Create(request.sampling, vocab, prompt_u));
+  r->sampler.emplace(std::move(sampler));
+  r->stop.emplace(request.sampling.stop);
+  std::vector<uint32_t> eos(eos_ids_.begin(), eos_ids_.end());
+  r->stop_tokens.emplace(request.sampling, eos,
+                         static_cast<uint32_t>(runner_->context_length()));
+  // Generated text renders control tokens as nothing, as llama.cpp's
+  // streaming does.
+  r->detok = std::make_unique<model::IncrementalDetokenizer>(
+      model_.tokenizer(), /*remove_special=*/false, /*unparse_special=*/false);
+  r->prompt = std::move(request.prompt);
+  r->params = std::move(request.sampling);
+  r->on_output = std::move(request.on_output);
+  r->arrival = absl::Now();
+
+  absl::MutexLock lock(&inbox_mu_);
+  r->id = next_id_++;
+  const RequestId id = r->id;
+  inbox_.push_back(std::move(r));
+  ++pending_;
+  return id;
+}
+
+void LlmEngine::Cancel(RequestId id) {
+  absl::MutexLock lock(&inbox_mu_);
+  cancels_.push_back(id);
+}
+
+bool LlmEngine::HasWork() const {
+  absl::MutexLock lock(&inbox_mu_);
+  return pending_ > 0;
+}
+
+EngineStats LlmEngine::stats() const {
+  EngineStats s = stats_;
+  s.waiting = waiting_.size();
+  s.running = running_.size();
+  return s;
+}
+
+void LlmEngine::DrainInbox() {
+  std::vector<std::unique_ptr<Request>> arrived;
+  std::vector<RequestId> cancels;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    arrived.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& r : arrived) {
+    waiting_.push_back(r->id);
+    requests_[r->id] = std::move(r);
+  }
+  for (RequestId id : cancels) {
+    if (!requests_.contains(id)) continue;
+    RequestOutput out;
+    Finish(id, RequestFinish::kCancelled, absl::OkStatus(), &out);
+  }
+}
+
+void LlmEngine::Finish(RequestId id, RequestFinish why, absl::Status error,
+                       RequestOutput* out) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  std::unique_ptr<Request> r = std::move(it->second);
+  requests_.erase(it);
+  if (r->in_runner) runner_->Release(id);
+  running_.erase(std::remove(running_.begin(), running_.end(), id),
+                 running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id),
+                 waiting_.end());
+  out->id = id;
+  out->finish = why;
+  out->error = std::move(error);
+  out->prompt_tokens = r->prompt.size();
+  out->cached_tokens = r->cached_tokens;
+  out->completion_tokens = r->generated.size();
+  if (r->on_output) r->on_output(*out);
+  absl::MutexLock lock(&inbox_mu_);
+  --pending_;
+}
+
+void LlmEngine::Preempt(RequestId id) {
+  Request& r = *requests_[id];
+  runner_->Release(id);
+  r.in_runner = false;
+  running_.erase(std::remove(running_.begin(), running_.end(), id),
+                 running_.end());
+  waiting_.push_front(id);
+  ++stats_.preemptions;
+}
+
+bool LlmEngine::Admit(Request& r, int32_t* budget) {
+  // A preempted request resumes from its prompt plus what it generated.
+  std::vector<int32_t> tokens = r.prompt;
+  tokens.insert(tokens.end(), r.generated.begin(), r.generated.end());
+  absl::StatusOr<int32_t> cached = runner_->AddSequence(r.id, tokens);
+  if (!cached.ok()) {
+    RequestOutput out;
+    Finish(r.id, RequestFinish::kError, cached.status(), &out);
+    return true;  // gone; look at the next request
+  }
+  const int32_t remaining = static_cast<int32_t>(tokens.size()) - *cached;
+  const int32_t n = std::min(remaining, *budget);
+  if (!runner_->blocks().CanReserve(r.id, *cached + n)) {
+    runner_->Release(r.id);
+    return false;
+  }
+  if (r.generated.empty()) r.cached_tokens = *cached;
+  r.in_runner = true;
+  running_.push_back(r.id);
+  return true;
+}
+
+absl::Status LlmEngine::Step() {
+  DrainInbox();
+  if (running_.empty() && waiting_.empty()) return absl::OkStatus();
+  ++stats_.steps;
+
+  int32_t budget = runner_->max_batch_tokens();
+  std::vector<ModelRunner::StepItem> items;
+  auto schedule = [&](RequestId id) -> bool {
+    const int32_t computed = runner_->num_computed(id);
+    const int32_t remaining =
+        static_cast<int32_t>(runner_->tokens(id).size()) - computed;
+    const int32_t n = std::min(remaining, budget);
+    if (n <= 0) return true;
+    // Make room, preempting the newest sequences, down to this one.
+    while (!runner_->blocks().CanReserve(id, computed + n)) {
+      const RequestId victim = running_.back();
+      Preempt(victim);
+      if (victim == id) return false;
+    }
+    if (!runner_->blocks().Reserve(id, computed + n).ok()) return false;
+    items.push_back(
+        {id, n, n == remaining ? LogitsMode::kLast : LogitsMode::kNone});
+    budget -= n;
+    return true;
+  };
+
+  // 1 and 2: running sequences, decode steps and prefill chunks alike.
+  const std::vector<RequestId> running = running_;
+  for (RequestId id : running) {
+    if (budget <= 0) break;
+    if (std::find(running_.begin(), running_.end(), id) == running_.end()) {
+      continue;  // preempted while making room for an earlier one
+    }
+    schedule(id);
+  }
+  // 3: admissions.
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int32_t>(running_.size()) < options_.max_running) {
+    Request& r = *requests_[waiting_.front()];
+    const RequestId id = r.id;
+    if (!Admit(r, &budget)) break;
+    if (!requests_.contains(id)) continue;  // refused with an error
+    waiting_.pop_front();
+    if (!schedule(id)) break;
+  }
+  if (items.empty()) {
+    if (running_.empty() && !waiting_.empty()) {
+      // Nothing runs and the head of the queue cannot get blocks: it can
+      // never fit.
+      RequestOutput out;
+      Finish(waiting_.front(), RequestFinish::kError,
+             absl::ResourceExhaustedError(
+                 "the request needs more KV blocks than the cache has"),
+             &out);
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<float> logits;
+  absl::Status s = runner_->Run(items, &logits);
+  if (!s.ok()) {
+    for (const auto& item : items) {
+      RequestOutput out;
+      Finish(item.id, RequestFinish::kError, s, &out);
+    }
+    return absl::OkStatus();
+  }
+  size_t row = 0;
+  const int32_t vocab = runner_->vocab_size();
+  for (const auto& item : items) {
+    auto it = requests_.find(item.id);
+    if (it != requests_.end() && !it->second->generated.empty()) {
+      ++stats_.decode_tokens;
+    } else {
+      stats_.prompt_tokens_computed += item.num_tokens;
+    }
+    if (item.logits != LogitsMode::kLast) continue;
+    PD_RETURN_IF_ERROR(SampleAndEmit(
+        item.id, absl::MakeConstSpan(logits).subspan(row * vocab, vocab)));
+    ++row;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlmEngine::SampleAndEmit(RequestId id,
+                                      absl::Span<const float> logits) {
+  Request& r = *requests_[id];
+  RequestOutput out;
+  if (!r.first_output_sent) {
+    out.arrival_time = r.arrival;
+    out.first_token_time = absl::Now();
+    r.first_output_sent = true;
+  }
+  absl::StatusOr<SampleResult> sampled =
+      r.sampler->Sample(logits, static_cast<int64_t>(r.generated.size()));
+  if (!sampled.ok()) {
+    Finish(id, RequestFinish::kError, sampled.status(), &out);
+    return absl::OkStatus();
+  }
+  const int32_t token = static_cast<int32_t>(sampled->token_id);
+  PD_RETURN_IF_ERROR(r.sampler->Accept(sampled->token_id));
+  r.generated.push_back(token);
+  out.token_ids.push_back(token);
+  if (r.params.logprobs) out.logprobs.push_back(*sampled);
+
+  const uint64_t length = r.prompt.size() + r.generated.size();
+  FinishReason reason =
+      r.stop_tokens->Check(sampled->token_id, r.generated.size(), length);
+  if (!r.stop_tokens->IsStopToken(sampled->token_id)) {
+    StopChecker::FeedResult fed = r.stop->Feed(r.detok->Add(token));
+    out.text = std::move(fed.text);
+    if (fed.stopped) reason = FinishReason::kStop;
+  }
+  if (reason == FinishReason::kNone) {
+    absl::Status appended = runner_->AppendToken(id, token);
+    if (!appended.ok()) {
+      Finish(id, RequestFinish::kError, appended, &out);
+      return absl::OkStatus();
+    }
+    out.id = id;
+    out.prompt_tokens = r.prompt.size();
+    out.cached_tokens = r.cached_tokens;
+    out.completion_tokens = r.generated.size();
+    if (r.on_output) r.on_output(out);
+    return absl::OkStatus();
+  }
+  if (!r.stop->stopped()) {
+    // Release what was held back for possible stop strings or incomplete
+    // characters.
+    StopChecker::FeedResult fed = r.stop->Feed(r.detok->Finish());
+    out.text += fed.text;
+    if (!fed.stopped) out.text += r.stop->Flush();
+  }
+  Finish(id,
+         reason == FinishReason::kLength ? RequestFinish::kLength
+                                         : RequestFinish::kStop,
+         absl::OkStatus(), &out);
+  return absl::OkStatus();
+}
+
+absl::Status LlmEngine::RunUntilIdle() {
+  while (HasWork()) PD_RETURN_IF_ERROR(Step());
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve::engine

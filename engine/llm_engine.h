@@ -1,0 +1,173 @@
+// LlmEngine: requests in, tokens out — the continuous-batching scheduler
+// that drives a ModelRunner for the colocated mode and the offline CLI.
+//
+// Each Step() builds one forward pass under a token budget
+// (max_batch_tokens), in this order:
+//   1. every running sequence that is generating gets its one decode token;
+//   2. running sequences still in prefill get their next chunk;
+//   3. waiting requests are admitted (prefix-cache lookup first) and given a
+//      first chunk, while budget, the running-sequence limit and KV blocks
+//      allow.
+// When a running sequence needs a KV block and none is free, the most
+// recently admitted running sequence is preempted: its blocks are released
+// and it goes back to the front of the queue, to be recomputed from its
+// prompt plus the tokens it had generated (the prefix cache usually makes
+// that cheap). Its sampler keeps its state, so the output stream continues
+// exactly where it stopped.
+//
+// After the pass, every sequence whose uncomputed tokens are all done has
+// next-token logits: the engine samples, detokenizes incrementally, applies
+// stop strings / stop tokens / max_tokens / the context length, and reports
+// the result through the request's callback.
+//
+// Ownership: borrows the Model; owns the runner. Thread-safety: AddRequest
+// and Cancel may be called from any thread; Step (and Generate) from one
+// thread at a time; callbacks run on the thread calling Step.
+#ifndef PDSERVE_ENGINE_LLM_ENGINE_H_
+#define PDSERVE_ENGINE_LLM_ENGINE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "engine/stop_checker.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace pdserve::engine {
+
+using RequestId = int64_t;
+
+struct EngineOptions {
+  ModelRunnerOptions runner;
+  // Most sequences in the running batch at once.
+  int32_t max_running = 64;
+};
+
+// Why a request's output ended (kNone on every output but the last).
+enum class RequestFinish { kNone, kStop, kLength, kCancelled, kError };
+
+struct RequestOutput {
+  RequestId id = 0;
+  // Tokens generated since the previous output (one, normally; none on a
+  // final output after cancellation).
+  std::vector<int32_t> token_ids;
+  // Log-probabilities of those tokens, when the request asked for them.
+  std::vector<SampleResult> logprobs;
+  // Text released since the previous output: whole UTF-8 characters only,
+  // with anything that could still become a stop string held back.
+  std::string text;
+  RequestFinish finish = RequestFinish::kNone;
+  // On kError, why.
+  absl::Status error;
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens found in the prefix cache
+  int32_t completion_tokens = 0;
+  // Set on the first output only: when the request was added, and when the
+  // first token was ready (TTFT = first_token_time - arrival_time).
+  absl::Time arrival_time;
+  absl::Time first_token_time;
+};
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  std::function<void(const RequestOutput&)> on_output;
+};
+
+struct EngineStats {
+  int32_t waiting = 0;
+  int32_t running = 0;
+  int64_t steps = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens_computed = 0;
+  int64_t decode_tokens = 0;
+};
+
+class LlmEngine {
+ public:
+  static absl::StatusOr<std::unique_ptr<LlmEngine>> Create(
+      const model::Model& model, const EngineOptions& options);
+
+  // Queues a request. INVALID_ARGUMENT for an empty prompt, a prompt that
+  // leaves no room to generate within the context, token ids outside the
+  // vocabulary, or invalid sampling parameters.
+  absl::StatusOr<RequestId> AddRequest(EngineRequest request)
+      ABSL_LOCKS_EXCLUDED(inbox_mu_);
+  // Ends the request at the next step with RequestFinish::kCancelled and
+  // frees its blocks. Unknown or finished ids are ignored.
+  void Cancel(RequestId id) ABSL_LOCKS_EXCLUDED(inbox_mu_);
+
+  // Runs one scheduling step; returns OK with nothing done when idle. An
+  // error from the backend fails the requests of that step (kError) rather
+  // than the engine.
+  absl::Status Step() ABSL_LOCKS_EXCLUDED(inbox_mu_);
+  bool HasWork() const ABSL_LOCKS_EXCLUDED(inbox_mu_);
+  // Steps until every queued request has finished.
+  absl::Status RunUntilIdle();
+
+  EngineStats stats() const;
+  ModelRunner& runner() { return *runner_; }
+  const model::Model& model() const { return model_; }
+
+ private:
+  struct Request {
+    RequestId id = 0;
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> generated;
+    SamplingParams params;
+    std::optional<Sampler> sampler;
+    std::optional<StopChecker> stop;
+    std::optional<StopTokenChecker> stop_tokens;
+    std::unique_ptr<model::IncrementalDetokenizer> detok;
+    std::function<void(const RequestOutput&)> on_output;
+    absl::Time arrival;
+    bool first_output_sent = false;
+    int32_t cached_tokens = 0;
+    bool in_runner = false;
+  };
+
+  LlmEngine(const model::Model& model, const EngineOptions& options)
+      : model_(model), options_(options) {}
+
+  void DrainInbox() ABSL_LOCKS_EXCLUDED(inbox_mu_);
+  // Removes the request everywhere and sends its final output.
+  void Finish(RequestId id, RequestFinish why, absl::Status error,
+              RequestOutput* out);
+  bool Admit(Request& r, int32_t* budget);
+  void Preempt(RequestId id);
+  absl::Status SampleAndEmit(RequestId id, absl::Span<const float> logits);
+
+  const model::Model& model_;
+  const EngineOptions options_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::vector<int32_t> eos_ids_;
+
+  mutable absl::Mutex inbox_mu_;
+  std::vector<std::unique_ptr<Request>> inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  std::vector<RequestId> cancels_ ABSL_GUARDED_BY(inbox_mu_);
+  RequestId next_id_ ABSL_GUARDED_BY(inbox_mu_) = 1;
+  int64_t pending_ ABSL_GUARDED_BY(inbox_mu_) = 0;  // queued, not finished
+
+  // Engine-thread state.
+  absl::flat_hash_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::deque<RequestId> waiting_;
+  std::vector<RequestId> running_;  // admission order
+  EngineStats stats_;
+};
+
+}  // namespace pdserve::engine
+
+#endif  // PDSERVE_ENGINE_LLM_ENGINE_H_

@@ -1,0 +1,248 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/cpu_backend.h"
+#include "engine/kv_cache_pool.h"
+#include "kv_transfer/kv_layout.h"
+
+namespace pdserve::engine {
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
+    const model::Model& model, const ModelRunnerOptions& options) {
+  if (options.block_size <= 0 || options.max_batch_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        "block_size and max_batch_tokens must be positive");
+  }
+  std::unique_ptr<ModelRunner> r(new ModelRunner(model, options));
+  const model::ModelConfig& c = model.config();
+  v1::KvLayout& l = r->layout_;
+  l.set_layout_version(kv_transfer::kKvLayoutVersion);
+  l.set_model_fingerprint(model.fingerprint());
+  l.set_num_layers(c.num_layers);
+  l.set_num_kv_heads(c.num_kv_heads);
+  l.set_head_dim(c.head_dim);
+  l.set_dtype(v1::KV_DTYPE_F16);
+  l.set_block_size_tokens(options.block_size);
+  int64_t num_blocks = options.num_blocks;
+  if (num_blocks <= 0) {
+    PD_ASSIGN_OR_RETURN(kv_transfer::KvGeometry g,
+                        kv_transfer::KvGeometry::FromProto(l));
+    num_blocks = options.kv_cache_bytes /
+                 static_cast<int64_t>(g.block_bytes() * c.num_layers);
+  }
+  if (num_blocks <= 0 || num_blocks > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV cache must hold at least one block (asked for ",
+                     num_blocks, " blocks)"));
+  }
+  l.set_num_blocks(num_blocks);
+  PD_ASSIGN_OR_RETURN(std::unique_ptr<KvCachePool> pool,
+                      KvCachePool::Create(l));
+  CpuBackendOptions backend_options;
+  backend_options.num_threads = options.num_threads;
+  PD_ASSIGN_OR_RETURN(
+      r->backend_,
+      CpuBackend::Create(c, model.weights(), std::move(pool), backend_options));
+  KvBlockManagerOptions block_options;
+  block_options.num_blocks = static_cast<int32_t>(num_blocks);
+  block_options.block_size = options.block_size;
+  block_options.enable_prefix_cache = options.enable_prefix_cache;
+  PD_ASSIGN_OR_RETURN(r->blocks_, KvBlockManager::Create(block_options));
+  return r;
+}
+
+absl::StatusOr<int32_t> ModelRunner::AddSequence(
+    SeqId id, absl::Span<const int32_t> prompt) {
+  if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  if (static_cast<int64_t>(prompt.size()) >= context_length()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", prompt.size(), " tokens does not fit the context of ",
+        context_length(), " tokens (at least one token must be generated)"));
+  }
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", t, " outside the vocabulary of ", vocab_size()));
+    }
+  }
+  if (seqs_.contains(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", id, " already exists"));
+  }
+  PD_ASSIGN_OR_RETURN(int32_t cached, blocks_->AddSequence(id, prompt));
+  Sequence& s = seqs_[id];
+  s.tokens.assign(prompt.begin(), prompt.end());
+  s.num_computed = cached;
+  return cached;
+}
+
+absl::Status ModelRunner::AppendToken(SeqId id, int32_t token) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  }
+  if (token < 0 || token >= vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token id ", token, " outside the vocabulary of ", vocab_size()));
+  }
+  if (static_cast<int64_t>(it->second.tokens.size()) >= context_length()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "sequence ", id, " has reached the context length ", context_length()));
+  }
+  it->second.tokens.push_back(token);
+  return absl::OkStatus();
+}
+
+void ModelRunner::Release(SeqId id) {
+  if (seqs_.erase(id) > 0) blocks_->FreeSequence(id);
+}
+
+absl::Span<const int32_t> ModelRunner::tokens(SeqId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return {};
+  return it->second.tokens;
+}
+
+int32_t ModelRunner::num_computed(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : it->second.num_computed;
+}
+
+absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
+                              std::vector<float>* logits,
+                              const LayerCallback& on_layer_done) {
+  if (items.empty()) return absl::InvalidArgumentError("empty step");
+  for (const StepItem& item : items) {
+    auto it = seqs_.find(item.id);
+    if (it == seqs_.end()) {
+      return absl::NotFoundError(absl::StrCat("no sequence ", item.id));
+    }
+    const Sequence& s = it->second;
+    if (item.num_tokens <= 0 || s.num_computed + item.num_tokens >
+                                    static_cast<int64_t>(s.tokens.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", item.id, " has ", s.tokens.size() - s.num_computed,
+          " tokens to compute, asked for ", item.num_tokens));
+    }
+  }
+  for (const StepItem& item : items) {
+    const Sequence& s = seqs_[item.id];
+    PD_RETURN_IF_ERROR(
+        blocks_->Reserve(item.id, s.num_computed + item.num_tokens));
+  }
+  ForwardBatch batch;
+  batch.on_layer_done = on_layer_done;
+  table_scratch_.resize(std::max(table_scratch_.size(), items.size()));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& item = items[i];
+    const Sequence& s = seqs_[item.id];
+    table_scratch_[i] = blocks_->CopyBlockTable(item.id);
+    SequenceChunk chunk;
+    chunk.tokens =
+        absl::MakeConstSpan(s.tokens).subspan(s.num_computed, item.num_tokens);
+    chunk.start_pos = s.num_computed;
+    chunk.block_table = table_scratch_[i];
+    chunk.logits = item.logits;
+    batch.chunks.push_back(chunk);
+  }
+  PD_RETURN_IF_ERROR(backend_->Forward(batch, logits));
+  for (const StepItem& item : items) {
+    Sequence& s = seqs_[item.id];
+    s.num_computed += item.num_tokens;
+    PD_RETURN_IF_ERROR(
+        blocks_->MarkComputed(item.id, s.tokens, s.num_computed));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ModelRunner::PrefillOutput>> ModelRunner::Prefill(
+    absl::Span<const PrefillInput> inputs, const LayerCallback& on_layer_done) {
+  std::vector<PrefillOutput> outputs(inputs.size());
+  std::vector<SeqId> registered;
+  auto fail = [&](absl::Status s) {
+    for (SeqId id : registered) Release(id);
+    return s;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StatusOr<int32_t> cached =
+        AddSequence(inputs[i].id, inputs[i].prompt);
+    if (!cached.ok()) return fail(cached.status());
+    registered.push_back(inputs[i].id);
+    outputs[i].id = inputs[i].id;
+    outputs[i].prompt_tokens = static_cast<int32_t>(inputs[i].prompt.size());
+    outputs[i].cached_tokens = *cached;
+  }
+  for (const PrefillInput& in : inputs) {
+    absl::Status s = blocks_->Reserve(in.id, in.prompt.size());
+    if (!s.ok()) return fail(s);
+  }
+  // Pack chunks into passes of at most max_batch_tokens new tokens; a
+  // prompt's last chunk asks for logits.
+  size_t next = 0;
+  std::vector<StepItem> items;
+  std::vector<size_t> finishing;  // output index of each logits row
+  std::vector<float> logits;
+  while (next < inputs.size()) {
+    items.clear();
+    finishing.clear();
+    int32_t budget = options_.max_batch_tokens;
+    for (size_t i = next; i < inputs.size() && budget > 0; ++i) {
+      const Sequence& s = seqs_[inputs[i].id];
+      const int32_t remaining =
+          static_cast<int32_t>(s.tokens.size()) - s.num_computed;
+      const int32_t n = std::min(remaining, budget);
+      const bool last = n == remaining;
+      items.push_back(
+          {inputs[i].id, n, last ? LogitsMode::kLast : LogitsMode::kNone});
+      if (last) finishing.push_back(i);
+      budget -= n;
+    }
+    absl::Status s = Run(items, &logits, on_layer_done);
+    if (!s.ok()) return fail(s);
+    for (size_t r = 0; r < finishing.size(); ++r) {
+      outputs[finishing[r]].logits.assign(
+          logits.begin() + r * vocab_size(),
+          logits.begin() + (r + 1) * vocab_size());
+    }
+    while (next < inputs.size()) {
+      const Sequence& s = seqs_[inputs[next].id];
+      if (s.num_computed < static_cast<int32_t>(s.tokens.size())) break;
+      ++next;
+    }
+  }
+  return outputs;
+}
+
+absl::Status ModelRunner::Decode(absl::Span<const SeqId> ids,
+                                 absl::Span<const int32_t> tokens,
+                                 std::vector<float>* logits) {
+  if (ids.size() != tokens.size() || ids.empty()) {
+    return absl::InvalidArgumentError(
+        "Decode needs one token for each of at least one sequence");
+  }
+  // Reserve first, so a full cache leaves every sequence as it was.
+  for (SeqId id : ids) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end()) {
+      return absl::NotFoundError(absl::StrCat("no sequence ", id));
+    }
+    if (it->second.num_computed !=
+        static_cast<int32_t>(it->second.tokens.size())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sequence ", id, " still has prompt tokens to prefill"));
+    }
+    PD_RETURN_IF_ERROR(blocks_->Reserve(id, it->second.tokens.size() + 1));
+  }
+  std::vector<StepItem> items;
+  items.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    PD_RETURN_IF_ERROR(AppendToken(ids[i], tokens[i]));
+    items.push_back({ids[i], 1, LogitsMode::kLast});
+  }
+  return Run(items, logits);
+}
+
+}  // namespace pdserve::engine

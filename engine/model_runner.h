@@ -1,0 +1,143 @@
+// ModelRunner: the engine's two entry points, Prefill and Decode, over a
+// paged KV cache with prefix caching.
+//
+// It ties together a ForwardBackend (the math, CPU today), the KvBlockManager
+// (which blocks each sequence owns, which full blocks are cached) and each
+// sequence's token list. Callers name sequences by SeqId:
+//   - a prefill worker calls Prefill for a batch of prompts and streams each
+//     layer's blocks from the layer callback;
+//   - a decode worker (after receiving KV into blocks it reserved) and the
+//     colocated scheduler call Decode once per generated token;
+//   - the scheduler mixes prefill chunks and decode steps in one forward pass
+//     through Run.
+// Prefill is chunked: no forward pass takes more than max_batch_tokens new
+// tokens, and chunks of several prompts are packed into one pass.
+//
+// Ownership: borrows the model (config and weights) and owns the backend and
+// block manager. Thread-safety: one caller at a time (the engine loop); the
+// block manager it exposes is itself thread-safe.
+#ifndef PDSERVE_ENGINE_MODEL_RUNNER_H_
+#define PDSERVE_ENGINE_MODEL_RUNNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/forward_backend.h"
+#include "engine/kv_block_manager.h"
+#include "model/model.h"
+#include "proto/common.pb.h"
+
+namespace pdserve::engine {
+
+struct ModelRunnerOptions {
+  // Tokens per KV block (paging and prefix-cache granularity).
+  int32_t block_size = 16;
+  // KV cache size: num_blocks when > 0, else as many blocks as fit in
+  // kv_cache_bytes.
+  int32_t num_blocks = 0;
+  int64_t kv_cache_bytes = int64_t{256} << 20;
+  bool enable_prefix_cache = true;
+  // Most new tokens in one forward pass (the chunked-prefill budget).
+  int32_t max_batch_tokens = 512;
+  // Forward-pass threads; <= 0: the CPUs this process may use.
+  int num_threads = 0;
+};
+
+class ModelRunner {
+ public:
+  using LayerCallback = std::function<void(int layer)>;
+
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(
+      const model::Model& model, const ModelRunnerOptions& options);
+
+  // ---- Sequences -------------------------------------------------------
+  // Registers a sequence with its prompt and looks the prompt up in the
+  // prefix cache; returns how many leading tokens are already cached (their
+  // KV is reused, never recomputed). INVALID_ARGUMENT for an empty or
+  // over-long prompt or a duplicate id.
+  absl::StatusOr<int32_t> AddSequence(SeqId id,
+                                      absl::Span<const int32_t> prompt);
+  // Appends a generated token (its KV is computed by the next Decode/Run).
+  absl::Status AppendToken(SeqId id, int32_t token);
+  // Frees the sequence's blocks (full ones stay in the prefix cache).
+  void Release(SeqId id);
+  bool HasSequence(SeqId id) const { return seqs_.contains(id); }
+  // Tokens of the sequence; those with KV computed.
+  absl::Span<const int32_t> tokens(SeqId id) const;
+  int32_t num_computed(SeqId id) const;
+
+  // ---- Entry points ----------------------------------------------------
+  struct PrefillOutput {
+    SeqId id = 0;
+    int32_t prompt_tokens = 0;
+    int32_t cached_tokens = 0;  // prefix-cache hit
+    std::vector<float> logits;  // next-token logits, vocab_size floats
+  };
+  // Prefill: registers each prompt (as AddSequence), reserves blocks for all
+  // of them, computes KV for every uncached token and returns each prompt's
+  // next-token logits. All or nothing: RESOURCE_EXHAUSTED when the blocks
+  // cannot be reserved, INVALID_ARGUMENT for a bad prompt; on any error the
+  // sequences this call registered are released.
+  struct PrefillInput {
+    SeqId id = 0;
+    absl::Span<const int32_t> prompt;
+  };
+  absl::StatusOr<std::vector<PrefillOutput>> Prefill(
+      absl::Span<const PrefillInput> inputs,
+      const LayerCallback& on_layer_done = nullptr);
+
+  // Decode: one step for a batch of running sequences. tokens[i] is appended
+  // to sequence ids[i] and its KV computed; logits receives one row per
+  // sequence. RESOURCE_EXHAUSTED when a sequence needs a new block and none
+  // is free (nothing is computed then; the scheduler preempts).
+  absl::Status Decode(absl::Span<const SeqId> ids,
+                      absl::Span<const int32_t> tokens,
+                      std::vector<float>* logits);
+
+  // Run: one forward pass over the next num_tokens uncomputed tokens of
+  // each listed sequence (a prefill chunk or a decode step), reserving the
+  // blocks they need first. Logits rows are produced per item as asked.
+  struct StepItem {
+    SeqId id = 0;
+    int32_t num_tokens = 0;
+    LogitsMode logits = LogitsMode::kLast;
+  };
+  absl::Status Run(absl::Span<const StepItem> items, std::vector<float>* logits,
+                   const LayerCallback& on_layer_done = nullptr);
+
+  const model::Model& model() const { return model_; }
+  int32_t vocab_size() const { return model_.config().vocab_size; }
+  int32_t context_length() const { return model_.config().context_length; }
+  int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
+  int num_threads() const { return backend_->num_threads(); }
+  KvBlockManager& blocks() { return *blocks_; }
+  ForwardBackend& backend() { return *backend_; }
+  const v1::KvLayout& kv_layout() const { return layout_; }
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> tokens;
+    int32_t num_computed = 0;
+  };
+
+  ModelRunner(const model::Model& model, const ModelRunnerOptions& options)
+      : model_(model), options_(options) {}
+
+  const model::Model& model_;
+  const ModelRunnerOptions options_;
+  v1::KvLayout layout_;
+  std::unique_ptr<ForwardBackend> backend_;
+  std::unique_ptr<KvBlockManager> blocks_;
+  absl::flat_hash_map<SeqId, Sequence> seqs_;
+  std::vector<std::vector<BlockId>> table_scratch_;
+};
+
+}  // namespace pdserve::engine
+
+#endif  // PDSERVE_ENGINE_MODEL_RUNNER_H_

@@ -1,0 +1,310 @@
+// The forward pass and the Prefill/Decode entry points on tiny random-weight
+// models: every way of cutting the work (one token at a time, whole-prompt
+// prefill, chunked prefill, several sequences in one batch, scattered block
+// ids, other thread counts, prefix-cache hits) must give the same logits.
+//
+// They give bitwise-identical logits, not merely close ones: every token's
+// activations are quantized on their own, every output element is one dot
+// product computed in a fixed order, and attention for a (token, head) pair
+// reads the same cached values in the same order whatever else is in the
+// batch. So the tolerance here is zero, and any batching bug shows.
+#include "engine/model_runner.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
+#include "model/model.h"
+#include "model/tiny_model.h"
+
+namespace pdserve::engine {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+std::unique_ptr<model::Model> OpenTiny(const model::TinyModelOptions& o,
+                                       const std::string& name) {
+  const std::string path = TempPath(name);
+  absl::Status written = model::WriteTinyModel(o, path);
+  EXPECT_TRUE(written.ok()) << written;
+  absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Open(path);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+std::unique_ptr<ModelRunner> MakeRunner(const model::Model& m,
+                                        ModelRunnerOptions o = {}) {
+  if (o.num_blocks == 0) o.num_blocks = 64;
+  if (o.block_size == 16) o.block_size = 4;  // small blocks: more paging
+  auto r = ModelRunner::Create(m, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? std::move(*r) : nullptr;
+}
+
+std::vector<int32_t> Prompt(int n, int salt, int vocab) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 37 + salt * 101 + 5) % vocab;
+  return p;
+}
+
+// Logits after each token, feeding the sequence one token at a time
+// (a 1-token prefill, then decode steps).
+std::vector<std::vector<float>> OneAtATime(const model::Model& m,
+                                           const std::vector<int32_t>& seq) {
+  ModelRunnerOptions o;
+  o.enable_prefix_cache = false;
+  auto r = MakeRunner(m, o);
+  std::vector<std::vector<float>> out;
+  std::vector<int32_t> first = {seq[0]};
+  auto pre = r->Prefill({{1, first}});
+  EXPECT_TRUE(pre.ok()) << pre.status();
+  out.push_back((*pre)[0].logits);
+  for (size_t i = 1; i < seq.size(); ++i) {
+    std::vector<float> logits;
+    absl::Status s = r->Decode({1}, {seq[i]}, &logits);
+    EXPECT_TRUE(s.ok()) << s;
+    out.push_back(logits);
+  }
+  return out;
+}
+
+class ModelRunnerTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  model::TinyModelOptions Options() const {
+    auto o = model::TinyModelPreset(GetParam());
+    EXPECT_TRUE(o.ok()) << o.status();
+    return o.ok() ? *o : model::TinyModelOptions();
+  }
+};
+
+TEST_P(ModelRunnerTest, EveryBatchingGivesTheSameLogitsAsOneTokenAtATime) {
+  auto m = OpenTiny(Options(), "runner_equivalence.gguf");
+  ASSERT_NE(m, nullptr);
+  const int vocab = m->config().vocab_size;
+  const std::vector<int32_t> a = Prompt(23, 1, vocab);
+  const std::vector<int32_t> b = Prompt(9, 2, vocab);
+  const auto ref_a = OneAtATime(*m, a);
+  const auto ref_b = OneAtATime(*m, b);
+
+  // Sanity: the logits are finite and not all equal (a dead model would
+  // make every comparison pass).
+  for (float v : ref_a.back()) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_NE(ref_a.back()[0], ref_a.back()[1]);
+
+  // Whole-prompt prefill of two prompts in one call.
+  {
+    auto r = MakeRunner(*m);
+    auto out = r->Prefill({{1, a}, {2, b}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ((*out)[0].logits, ref_a.back());
+    EXPECT_EQ((*out)[1].logits, ref_b.back());
+  }
+  // Chunked prefill: 5 tokens per pass, chunks of both prompts packed.
+  {
+    ModelRunnerOptions o;
+    o.max_batch_tokens = 5;
+    auto r = MakeRunner(*m, o);
+    auto out = r->Prefill({{1, a}, {2, b}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ((*out)[0].logits, ref_a.back());
+    EXPECT_EQ((*out)[1].logits, ref_b.back());
+  }
+  // Logits for every prompt position in one pass, one thread.
+  {
+    ModelRunnerOptions o;
+    o.num_threads = 1;
+    auto r = MakeRunner(*m, o);
+    ASSERT_TRUE(r->AddSequence(7, a).ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(
+        r->Run({{7, static_cast<int32_t>(a.size()), LogitsMode::kAll}}, &logits)
+            .ok());
+    ASSERT_EQ(logits.size(), a.size() * vocab);
+    for (size_t i = 0; i < a.size(); ++i) {
+      std::vector<float> row(logits.begin() + i * vocab,
+                             logits.begin() + (i + 1) * vocab);
+      EXPECT_EQ(row, ref_a[i]) << "position " << i;
+    }
+  }
+  // Decode steps of two sequences batched together, their blocks
+  // interleaved in the pool (scattered block tables).
+  {
+    auto r = MakeRunner(*m);
+    std::vector<int32_t> a0 = {a[0]}, b0 = {b[0]};
+    ASSERT_TRUE(r->Prefill({{1, a0}, {2, b0}}).ok());
+    for (size_t i = 1; i < b.size(); ++i) {
+      std::vector<float> logits;
+      ASSERT_TRUE(r->Decode({1, 2}, {a[i], b[i]}, &logits).ok());
+      EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + vocab),
+                ref_a[i]);
+      EXPECT_EQ(std::vector<float>(logits.begin() + vocab, logits.end()),
+                ref_b[i]);
+    }
+    auto table_a = r->blocks().CopyBlockTable(1);
+    auto table_b = r->blocks().CopyBlockTable(2);
+    EXPECT_EQ(table_b[1], table_a[1] + 1) << "blocks should interleave";
+  }
+}
+
+TEST_P(ModelRunnerTest, PrefixCacheHitGivesTheSameLogitsAsAMiss) {
+  auto m = OpenTiny(Options(), "runner_prefix.gguf");
+  ASSERT_NE(m, nullptr);
+  const int vocab = m->config().vocab_size;
+  std::vector<int32_t> shared = Prompt(18, 3, vocab);
+  std::vector<int32_t> first = shared, second = shared;
+  first.push_back(11);
+  second.push_back(12);
+  second.push_back(13);
+
+  auto r = MakeRunner(*m);  // block size 4
+  auto out1 = r->Prefill({{1, first}});
+  ASSERT_TRUE(out1.ok());
+  EXPECT_EQ((*out1)[0].cached_tokens, 0);
+  r->Release(1);
+  auto out2 = r->Prefill({{2, second}});
+  ASSERT_TRUE(out2.ok());
+  EXPECT_EQ((*out2)[0].cached_tokens, 16);  // four full blocks of the 18
+  EXPECT_EQ((*out2)[0].logits, OneAtATime(*m, second).back());
+}
+
+TEST_P(ModelRunnerTest, ResultsDoNotDependOnThreadCount) {
+  auto m = OpenTiny(Options(), "runner_threads.gguf");
+  ASSERT_NE(m, nullptr);
+  const std::vector<int32_t> a = Prompt(30, 4, m->config().vocab_size);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    ModelRunnerOptions o;
+    o.num_threads = threads;
+    auto r = MakeRunner(*m, o);
+    auto out = r->Prefill({{1, a}});
+    ASSERT_TRUE(out.ok());
+    results.push_back((*out)[0].logits);
+  }
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
+}
+
+// One model per architecture variant, in different block formats.
+INSTANTIATE_TEST_SUITE_P(Models, ModelRunnerTest,
+                         ::testing::Values("llama-q4_1", "qwen2-q8_0",
+                                           "llama3-q4_k"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string name = p.param;
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+TEST(ModelRunnerErrorsTest, RefusesBadInputCleanly) {
+  auto m = OpenTiny({}, "runner_errors.gguf");
+  ASSERT_NE(m, nullptr);
+  ModelRunnerOptions o;
+  o.num_blocks = 8;  // 32 tokens with 4-token blocks
+  auto r = MakeRunner(*m, o);
+  const int vocab = m->config().vocab_size;
+  std::vector<int32_t> empty;
+  EXPECT_EQ(r->Prefill({{1, empty}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> bad = {1, vocab};
+  EXPECT_EQ(r->Prefill({{1, bad}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> too_long(m->config().context_length, 1);
+  EXPECT_EQ(r->Prefill({{1, too_long}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Larger than the whole cache: can never run.
+  std::vector<int32_t> huge = Prompt(33, 5, vocab);
+  EXPECT_EQ(r->Prefill({{1, huge}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(r->HasSequence(1));
+  EXPECT_EQ(r->blocks().num_free_blocks(), 8);
+  // Fill the cache with two sequences; a third does not fit now, and
+  // nothing stays allocated for it.
+  std::vector<int32_t> fits_a = Prompt(16, 6, vocab);
+  std::vector<int32_t> fits_b = Prompt(16, 7, vocab);
+  ASSERT_TRUE(r->Prefill({{2, fits_a}, {3, fits_b}}).ok());
+  std::vector<int32_t> more = Prompt(5, 8, vocab);
+  EXPECT_EQ(r->Prefill({{4, more}}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(r->HasSequence(4));
+  // A full cache refuses a decode step without changing the sequence.
+  std::vector<float> logits;
+  EXPECT_EQ(r->Decode({2}, {3}, &logits).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(r->tokens(2).size(), 16u);
+  r->Release(3);
+  EXPECT_TRUE(r->Decode({2}, {3}, &logits).ok());
+  EXPECT_TRUE(r->blocks().CheckInvariants().ok());
+}
+
+TEST(ModelLoadTest, RefusesBrokenModelFilesWithClearErrors) {
+  const std::string path = TempPath("broken.gguf");
+  ASSERT_TRUE(model::WriteTinyModel({}, path).ok());
+  // Truncated.
+  {
+    std::string bytes;
+    {
+      FILE* f = fopen(path.c_str(), "rb");
+      ASSERT_NE(f, nullptr);
+      char buf[1 << 16];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
+      fclose(f);
+    }
+    const std::string cut = TempPath("truncated.gguf");
+    FILE* f = fopen(cut.c_str(), "wb");
+    ASSERT_EQ(fwrite(bytes.data(), 1, bytes.size() / 2, f), bytes.size() / 2);
+    fclose(f);
+    auto m = model::Model::Open(cut);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find(cut), std::string::npos) << m.status();
+  }
+  // A copy of the model without one tensor, and one with an architecture
+  // we do not run.
+  {
+    auto src = model::GgufFile::Open(path);
+    ASSERT_TRUE(src.ok());
+    for (std::string variant : {"missing-tensor", "other-arch"}) {
+      auto w = model::GgufWriter::Create();
+      ASSERT_TRUE(w.ok());
+      for (const auto& [key, value] : (*src)->metadata()) {
+        if (key == "general.alignment") continue;
+        if (variant == "other-arch" && key == "general.architecture") {
+          ASSERT_TRUE((*w)->AddMetadata(key, "gptneox").ok());
+          continue;
+        }
+        ASSERT_TRUE((*w)->AddMetadata(key, value).ok());
+      }
+      for (const model::GgufTensorInfo& t : (*src)->tensors()) {
+        if (variant == "missing-tensor" && t.name == "blk.1.ffn_up.weight") {
+          continue;
+        }
+        ASSERT_TRUE((*w)->AddTensor(t.name, t.dims, t.type,
+                                    absl::MakeConstSpan(t.data, t.n_bytes))
+                        .ok());
+      }
+      const std::string out = TempPath(variant + ".gguf");
+      ASSERT_TRUE((*w)->WriteFile(out).ok());
+      auto m = model::Model::Open(out);
+      ASSERT_FALSE(m.ok()) << variant;
+      const std::string expected =
+          variant == "missing-tensor" ? "blk.1.ffn_up.weight" : "gptneox";
+      EXPECT_NE(m.status().message().find(expected), std::string::npos)
+          << m.status();
+      EXPECT_NE(m.status().message().find(out), std::string::npos)
+          << m.status();
+    }
+  }
+  // Missing file.
+  auto missing = model::Model::Open(TempPath("does-not-exist.gguf"));
+  EXPECT_FALSE(missing.ok());
+}
+
+}  // namespace
+}  // namespace pdserve::engine
