@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#if defined(__F16C__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -281,23 +281,46 @@ float DotQ4_0(const uint8_t* w, const uint8_t* a, int64_t n) {
   return sumf;
 }
 
-// Q4_1 x Q8_1: sumf += (d_w * d_x) * sumi + m_w * s_x.
+// Sums for the Q4_1 / Q5_1 x Q8_1 products, in the order of ggml's x86
+// kernels (ggml_vec_dot_q4_1_q8_1 / _q5_1_q8_1, AVX2): eight float lanes,
+// lane i accumulating (d_w * d_x) * (integer sum of elements 4i..4i+3 of each
+// block) with a fused multiply-add, reduced at the end as hsum_float_8 does
+// ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)), plus the block offsets
+// m_w * s_x summed separately. Any other order differs from llama.cpp in the
+// last bit of most outputs, and those differences flip fp16 / Q8 roundings
+// downstream often enough to change greedy tokens.
+struct Q8_1Lanes {
+  float lane[8] = {};
+  float summs = 0.0f;
+  void Add(float d, const int32_t* sums, float m_s) {
+    summs += m_s;
+    for (int i = 0; i < 8; ++i) {
+      lane[i] = std::fma(d, static_cast<float>(sums[i]), lane[i]);
+    }
+  }
+  float Finish() const {
+    const float r0 = lane[0] + lane[4], r1 = lane[1] + lane[5];
+    const float r2 = lane[2] + lane[6], r3 = lane[3] + lane[7];
+    return ((r0 + r2) + (r1 + r3)) + summs;
+  }
+};
+
+// Q4_1 x Q8_1: sum of (d_w * d_x) * sumi + m_w * s_x, in ggml's order.
 float DotQ4_1(const uint8_t* w, const uint8_t* a, int64_t n) {
-  float sumf = 0.0f;
+  Q8_1Lanes acc;
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 20 * b;
     const uint8_t* ab = a + kQ8_1Bytes * b;
     const uint8_t* qw = wb + 4;
     const int8_t* qa = AsI8(ab + 4);
-    int32_t sumi0 = 0, sumi1 = 0;
+    int32_t sums[8] = {};
     for (int j = 0; j < 16; ++j) {
-      sumi0 += (qw[j] & 0x0F) * qa[j];
-      sumi1 += (qw[j] >> 4) * qa[j + 16];
+      sums[j / 4] += (qw[j] & 0x0F) * qa[j];
+      sums[4 + j / 4] += (qw[j] >> 4) * qa[j + 16];
     }
-    sumf += (LoadF16(wb) * LoadF16(ab)) * static_cast<float>(sumi0 + sumi1) +
-            LoadF16(wb + 2) * LoadF16(ab + 2);
+    acc.Add(LoadF16(wb) * LoadF16(ab), sums, LoadF16(wb + 2) * LoadF16(ab + 2));
   }
-  return sumf;
+  return acc.Finish();
 }
 
 // Q5_0 x Q8_0: sumf += (d_w * d_x) * sumi.
@@ -324,28 +347,25 @@ float DotQ5_0(const uint8_t* w, const uint8_t* a, int64_t n) {
   return sumf;
 }
 
-// Q5_1 x Q8_1: sumf += (d_w * d_x) * sumi + m_w * s_x.
+// Q5_1 x Q8_1: sum of (d_w * d_x) * sumi + m_w * s_x, in ggml's order.
 float DotQ5_1(const uint8_t* w, const uint8_t* a, int64_t n) {
-  float sumf = 0.0f;
+  Q8_1Lanes acc;
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 24 * b;
     const uint8_t* ab = a + kQ8_1Bytes * b;
     const uint32_t qh = LoadU32(wb + 4);
     const uint8_t* qw = wb + 8;
     const int8_t* qa = AsI8(ab + 4);
-    int32_t sumi0 = 0, sumi1 = 0;
+    int32_t sums[8] = {};
     for (int j = 0; j < 16; ++j) {
       const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
       const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-      const int x0 = (qw[j] & 0x0F) | h0;
-      const int x1 = (qw[j] >> 4) | h1;
-      sumi0 += x0 * qa[j];
-      sumi1 += x1 * qa[j + 16];
+      sums[j / 4] += ((qw[j] & 0x0F) | h0) * qa[j];
+      sums[4 + j / 4] += ((qw[j] >> 4) | h1) * qa[j + 16];
     }
-    sumf += (LoadF16(wb) * LoadF16(ab)) * static_cast<float>(sumi0 + sumi1) +
-            LoadF16(wb + 2) * LoadF16(ab + 2);
+    acc.Add(LoadF16(wb) * LoadF16(ab), sums, LoadF16(wb + 2) * LoadF16(ab + 2));
   }
-  return sumf;
+  return acc.Finish();
 }
 
 // Q8_0 x Q8_0: sumf += sumi * (d_w * d_x).
@@ -504,6 +524,117 @@ float DotQ6_K(const uint8_t* w, const uint8_t* a, int64_t n) {
   return acc.Finish();
 }
 
+// ---------------------------------------------------------------------------
+// AVX2 versions of the default model's formats (Q4_1 matrices, Q8_0
+// embeddings/output) and Q4_0. Only the integer sum of each block is
+// vectorized; the float arithmetic is the scalar kernels' expression in the
+// same order, so results are bitwise identical to them (matmul_test checks
+// this against VecDotReference). Chosen at run time when the CPU has AVX2
+// and F16C. The full SIMD work (AVX-512 VNNI, repacking, every format) is
+// the engine-speed issue's.
+#if defined(__x86_64__)
+#define PD_AVX2 __attribute__((target("avx2,f16c")))
+#define PD_AVX2_FMA __attribute__((target("avx2,f16c,fma")))
+
+PD_AVX2 inline int32_t HorizontalSum(__m256i v) {
+  __m128i s =
+      _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+PD_AVX2 inline float F16Avx2(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
+
+// The 32 nibbles of a Q4 block as bytes 0..31 in element order (low nibbles
+// are elements 0-15, high nibbles 16-31), times 32 int8 activations, summed.
+PD_AVX2 inline int32_t DotNibblesI8(const uint8_t* qs, const uint8_t* qa) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i nibbles =
+      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
+                       _mm256_set1_epi8(0x0F));
+  const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa));
+  // u8 (<= 15) x s8 pairs fit int16 without saturation.
+  const __m256i pairs = _mm256_maddubs_epi16(nibbles, y);
+  return HorizontalSum(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+// Same order as DotQ4_1 (see Q8_1Lanes), eight lanes in one register.
+PD_AVX2_FMA float DotQ4_1Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 20 * b;
+    const uint8_t* ab = a + kQ8_1Bytes * b;
+    summs += F16Avx2(wb + 2) * F16Avx2(ab + 2);
+    const __m128i packed =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 4));
+    const __m256i nibbles =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
+                         _mm256_set1_epi8(0x0F));
+    const __m256i y =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 4));
+    const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles, y),
+                                            _mm256_set1_epi16(1));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(F16Avx2(wb) * F16Avx2(ab)),
+                          _mm256_cvtepi32_ps(lanes), acc);
+  }
+  __m128 r =
+      _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r) + summs;
+}
+
+PD_AVX2 float DotQ4_0Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float sumf = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 18 * b;
+    const uint8_t* ab = a + kQ8_0Bytes * b;
+    const __m256i y =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 2));
+    const __m256i y16_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y));
+    const __m256i y16_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(y, 1));
+    const int32_t sum_y = HorizontalSum(_mm256_madd_epi16(
+        _mm256_add_epi16(y16_lo, y16_hi), _mm256_set1_epi16(1)));
+    const int32_t sumi = DotNibblesI8(wb + 2, ab + 2) - 8 * sum_y;
+    sumf += static_cast<float>(sumi) * F16Avx2(wb) * F16Avx2(ab);
+  }
+  return sumf;
+}
+
+PD_AVX2 float DotQ8_0Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
+  float sumf = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 34 * b;
+    const uint8_t* ab = a + kQ8_0Bytes * b;
+    // Widen to int16 first: exact for every int8 value, -128 included.
+    const __m256i x =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2));
+    const __m256i y =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 2));
+    const __m256i lo =
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)),
+                          _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y)));
+    const __m256i hi =
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1)),
+                          _mm256_cvtepi8_epi16(_mm256_extracti128_si256(y, 1)));
+    const int32_t sumi = HorizontalSum(_mm256_add_epi32(lo, hi));
+    sumf += static_cast<float>(sumi) * (F16Avx2(wb) * F16Avx2(ab));
+  }
+  return sumf;
+}
+
+bool CpuHasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2") &&
+                          __builtin_cpu_supports("f16c") &&
+                          __builtin_cpu_supports("fma");
+  return has;
+}
+#else
+bool CpuHasAvx2() { return false; }
+#endif
+
 struct WeightKernel {
   GgmlType act_type;
   int block;        // elements per weight (and activation) block
@@ -511,7 +642,8 @@ struct WeightKernel {
   DotFn dot;
 };
 
-const WeightKernel* FindKernel(GgmlType weight_type) {
+// The portable kernels: the reference every SIMD kernel must equal.
+const WeightKernel* FindScalarKernel(GgmlType weight_type) {
   static constexpr WeightKernel kF32{GgmlType::kF32, 1, 4, DotF32};
   static constexpr WeightKernel kF16{GgmlType::kF16, 1, 2, DotF16};
   static constexpr WeightKernel kBF16{GgmlType::kBF16, 1, 2, DotBF16};
@@ -549,6 +681,20 @@ const WeightKernel* FindKernel(GgmlType weight_type) {
     default:
       return nullptr;
   }
+}
+
+const WeightKernel* FindKernel(GgmlType weight_type) {
+#if defined(__x86_64__)
+  static constexpr WeightKernel kQ4_0{GgmlType::kQ8_0, 32, 18, DotQ4_0Avx2};
+  static constexpr WeightKernel kQ4_1{GgmlType::kQ8_1, 32, 20, DotQ4_1Avx2};
+  static constexpr WeightKernel kQ8_0{GgmlType::kQ8_0, 32, 34, DotQ8_0Avx2};
+  if (CpuHasAvx2()) {
+    if (weight_type == GgmlType::kQ4_0) return &kQ4_0;
+    if (weight_type == GgmlType::kQ4_1) return &kQ4_1;
+    if (weight_type == GgmlType::kQ8_0) return &kQ8_0;
+  }
+#endif
+  return FindScalarKernel(weight_type);
 }
 
 // MatMulRows keeps a tile of weight rows of about this many bytes hot in L1
@@ -629,6 +775,14 @@ void QuantizeActivations(GgmlType vec_dot_type, const float* x, int64_t n,
 float VecDot(GgmlType weight_type, const void* weight_row,
              const void* activations, int64_t n) {
   const WeightKernel* k = FindKernel(weight_type);
+  if (k == nullptr) return std::numeric_limits<float>::quiet_NaN();
+  return k->dot(static_cast<const uint8_t*>(weight_row),
+                static_cast<const uint8_t*>(activations), n);
+}
+
+float VecDotReference(GgmlType weight_type, const void* weight_row,
+                      const void* activations, int64_t n) {
+  const WeightKernel* k = FindScalarKernel(weight_type);
   if (k == nullptr) return std::numeric_limits<float>::quiet_NaN();
   return k->dot(static_cast<const uint8_t*>(weight_row),
                 static_cast<const uint8_t*>(activations), n);

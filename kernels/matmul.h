@@ -81,6 +81,11 @@ void QuantizeActivations(model::GgmlType vec_dot_type, const float* x,
 // Dot product of one weight row (`n` elements of `weight_type`) with one
 // activation row (`n` activations quantized to VecDotType(weight_type)).
 // NaN for an unsupported weight type.
+// VecDot computed by the portable scalar kernel, whatever the CPU: the
+// reference the SIMD kernels (picked at run time) must equal bit for bit.
+float VecDotReference(model::GgmlType weight_type, const void* weight_row,
+                      const void* activations, int64_t n);
+
 float VecDot(model::GgmlType weight_type, const void* weight_row,
              const void* activations, int64_t n);
 

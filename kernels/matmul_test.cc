@@ -898,6 +898,37 @@ TEST(VecDotTest, RandomRowsMatchDoubleReference) {
   }
 }
 
+// The kernels picked for this CPU (AVX2 for Q4_0, Q4_1, Q8_0 where the CPU
+// has it) equal the portable ones bit for bit, odd lengths and the extreme
+// quant values (-128) included.
+TEST(VecDotTest, DispatchedKernelsEqualTheScalarReferenceBitwise) {
+  std::mt19937 rng(77);
+  for (const int64_t n : {32, 256, 576, 1536}) {
+    for (const TypePair& p : kPairs) {
+      if (n % 256 != 0 && (p.weight == GgmlType::kQ4_K ||
+                           p.weight == GgmlType::kQ5_K ||
+                           p.weight == GgmlType::kQ6_K)) {
+        continue;
+      }
+      SCOPED_TRACE(Name(p.weight));
+      const int64_t rows = 8;
+      RandomWeights w = MakeRandomWeights(p.weight, rows, n, rng);
+      const std::vector<float> x = MakeRandomActivations(n, rng);
+      std::vector<uint8_t> a(ActivationRowBytes(p.act, n));
+      QuantizeActivations(p.act, x.data(), n, a.data());
+      const int64_t row_bytes =
+          static_cast<int64_t>(*model::GgmlTypeBytes(p.weight, n));
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* wr = w.bytes.data() + r * row_bytes;
+        const float got = VecDot(p.weight, wr, a.data(), n);
+        const float want = VecDotReference(p.weight, wr, a.data(), n);
+        EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+            << "n=" << n << " row " << r << ": " << got << " vs " << want;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // MatMulRows.
 
