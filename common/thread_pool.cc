@@ -10,8 +10,13 @@ namespace {
 
 // Spin iterations before a worker sleeps. Layers follow each other within
 // microseconds during a forward pass, so a short spin avoids a futex wake
-// per loop; between requests the workers sleep.
-constexpr int kSpinIterations = 20000;
+// per loop; between requests the workers sleep. Kept short because a
+// spinning thread steals its core from whoever else runs on the machine
+// (other workers, tests running in parallel).
+constexpr int kSpinIterations = 4000;
+// The caller spins this long on unfinished chunks, then yields its core:
+// a worker that was descheduled needs the CPU to finish.
+constexpr int kCallerSpinIterations = 2000;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -71,6 +76,10 @@ void ThreadPool::WorkerLoop(int index) {
         CpuRelax();
         continue;
       }
+      if (spins < 2 * kSpinIterations) {
+        std::this_thread::yield();
+        continue;
+      }
       std::unique_lock<std::mutex> lock(sleep_mu_);
       wake_.wait(lock, [&] {
         return stop_.load(std::memory_order_acquire) ||
@@ -108,7 +117,13 @@ void ThreadPool::ParallelForGrained(
   }
   wake_.notify_all();
   RunChunk(0);
-  while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < kCallerSpinIterations) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   fn_ = nullptr;
 }
 
