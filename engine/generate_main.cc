@@ -19,8 +19,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/llm_engine.h"
@@ -50,6 +52,11 @@ ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS");
 ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
 ABSL_FLAG(int32_t, kv_cache_mib, 256, "KV cache size in MiB");
 ABSL_FLAG(int32_t, batch_tokens, 512, "Most tokens per forward pass");
+ABSL_FLAG(int32_t, logprobs, 0,
+          "With --json: the N most likely alternatives (with log-probabilities "
+          "of the raw logits) for every generated token, 0..20");
+ABSL_FLAG(std::string, prompt_ids, "",
+          "Comma-separated token ids to use as the prompt instead of --prompt");
 ABSL_FLAG(bool, json, false,
           "Print one JSON object (text, token ids, timings) instead of "
           "streaming");
@@ -105,8 +112,8 @@ int Main() {
   std::string path = absl::GetFlag(FLAGS_model);
   if (path.empty()) path = model::DefaultModelPath();
   const std::string prompt_text = absl::GetFlag(FLAGS_prompt);
-  if (prompt_text.empty()) {
-    std::cerr << "pd-generate: --prompt is required\n";
+  if (prompt_text.empty() && absl::GetFlag(FLAGS_prompt_ids).empty()) {
+    std::cerr << "pd-generate: --prompt (or --prompt_ids) is required\n";
     return 2;
   }
   const absl::Time load_start = absl::Now();
@@ -120,7 +127,17 @@ int Main() {
   const model::Tokenizer& tok = m.tokenizer();
 
   std::vector<int32_t> prompt;
-  if (absl::GetFlag(FLAGS_chat)) {
+  if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
+    for (absl::string_view id :
+         absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',')) {
+      int32_t v;
+      if (!absl::SimpleAtoi(id, &v)) {
+        std::cerr << "pd-generate: bad token id '" << id << "'\n";
+        return 2;
+      }
+      prompt.push_back(v);
+    }
+  } else if (absl::GetFlag(FLAGS_chat)) {
     if (!m.chat_template().ok()) {
       std::cerr << "pd-generate: --chat: "
                 << m.chat_template().status().message() << "\n";
@@ -175,10 +192,15 @@ int Main() {
   sp.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   sp.stop = absl::GetFlag(FLAGS_stop);
   sp.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  if (absl::GetFlag(FLAGS_logprobs) > 0) {
+    sp.logprobs = true;
+    sp.top_logprobs = absl::GetFlag(FLAGS_logprobs);
+  }
 
   const bool json = absl::GetFlag(FLAGS_json);
   std::string text;
   std::vector<int32_t> generated;
+  std::string logprobs_json;
   absl::Time start, first, last;
   engine::RequestFinish finish = engine::RequestFinish::kNone;
   absl::Status error;
@@ -189,6 +211,15 @@ int Main() {
     generated.insert(generated.end(), out.token_ids.begin(),
                      out.token_ids.end());
     text += out.text;
+    for (const engine::SampleResult& lp : out.logprobs) {
+      absl::StrAppend(&logprobs_json, logprobs_json.empty() ? "" : ", ", "[");
+      for (size_t i = 0; i < lp.top_logprobs.size(); ++i) {
+        absl::StrAppend(&logprobs_json, i ? ", " : "", "[",
+                        lp.top_logprobs[i].token_id, ", ",
+                        lp.top_logprobs[i].logprob, "]");
+      }
+      absl::StrAppend(&logprobs_json, "]");
+    }
     if (!json) {
       std::cout << out.text << std::flush;
     }
@@ -223,6 +254,7 @@ int Main() {
               << "], \"token_ids\": [" << absl::StrJoin(generated, ", ")
               << "], \"text\": \"" << JsonEscape(text) << "\", "
               << "\"finish_reason\": \"" << why << "\", "
+              << "\"top_logprobs\": [" << logprobs_json << "], "
               << "\"ttft_ms\": " << ttft_ms << ", "
               << "\"decode_tokens_per_s\": " << decode_tps << ", "
               << "\"rss_kib\": " << rss_kib << ", \"peak_rss_kib\": " << hwm_kib

@@ -4,12 +4,13 @@
 # it working; then stop it.
 #
 # Today the project goes as far as: the default model is fetched and read,
-# the cluster comes up, every process answers health checks, the workers are
-# registered with the router, and pdctl reports them. Prompt -> streamed
-# tokens (with TTFT and TPOT) joins here with the engine and serving path.
+# the offline engine answers PROMPT (streamed, with TTFT and tokens/s), the
+# cluster comes up, every process answers health checks, the workers are
+# registered with the router, and pdctl reports them. Answering through the
+# cluster (prefill -> KV transfer -> decode) joins with the serving path.
 #
 # Environment: PDSERVE_HOME (default ~/.cache/pdserve), PDSERVE_ROUTER_PORT
-# (default 50050), PROMPT (the prompt to answer, once serving exists).
+# (default 50050), PROMPT (the question to answer).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$(repo_root)"
@@ -18,12 +19,18 @@ bash scripts/setup.sh
 
 step "Building the servers and tools (bazel build -c opt)"
 TARGETS=(//cli:pdctl //router:pd-router //prefill_worker:pd-prefill-worker
-         //decode_worker:pd-decode-worker //model:pd-gguf-info)
+         //decode_worker:pd-decode-worker //model:pd-gguf-info
+         //engine:pd-generate)
 bazel build --config=opt "${TARGETS[@]}"
 BIN=$(bazel info --config=opt bazel-bin 2>/dev/null)
 
 step "The default model"
 "$BIN/model/pd-gguf-info" "$PDSERVE_DEFAULT_MODEL"
+
+PROMPT="${PROMPT:-What is the capital of France? Answer in one sentence.}"
+step "The offline engine answers: $PROMPT"
+"$BIN/engine/pd-generate" --model="$PDSERVE_DEFAULT_MODEL" --chat \
+  --prompt="$PROMPT" --max_tokens=96
 
 step "Starting a local cluster: router, 1 prefill worker, 1 decode worker"
 ROUTER="127.0.0.1:${PDSERVE_ROUTER_PORT:-50050}"
