@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "model/gguf.h"
+#include "model/unicode.h"
 
 namespace pdserve::model {
 
@@ -562,34 +563,6 @@ size_t DecodeUtf8(absl::string_view s, size_t i, char32_t* cp) {
   }
   *cp = value;
   return len;
-}
-
-bool IsValidUtf8(absl::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    char32_t cp;
-    const size_t n = DecodeUtf8(s, i, &cp);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
-
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 // Python's str.isspace(), which is also what its regex \s matches.

@@ -25,6 +25,7 @@
 #include "model/gguf.h"
 #include "model/gguf_types.h"
 #include "model/gguf_writer.h"
+#include "model/unicode.h"
 
 namespace pdserve::model {
 namespace {
@@ -142,23 +143,6 @@ class JsonParser {
       SkipSpace();
       if (Consume("]")) return true;
       if (!Consume(",")) return false;
-    }
-  }
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
     }
   }
   bool ParseHex4(uint32_t* value) {

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "kernels/quant.h"
 #include "model/gguf_writer.h"
+#include "model/unicode.h"
 
 namespace pdserve::model {
 namespace {
@@ -124,24 +125,10 @@ absl::StatusOr<std::vector<uint8_t>> RandomTensor(GgmlType type, int64_t rows,
   }
 }
 
-// GPT-2's byte-to-unicode map: printable bytes stand for themselves, the
-// rest are shifted to U+0100 and up, so every byte is a visible character.
+// The 256 byte tokens of a byte-level BPE vocabulary, in byte order.
 std::vector<std::string> ByteTokens() {
   std::vector<std::string> tokens(256);
-  int shifted = 0;
-  for (int b = 0; b < 256; ++b) {
-    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) ||
-                     (b >= 0xAE && b <= 0xFF);
-    uint32_t cp = printable ? b : 256 + shifted++;
-    std::string utf8;
-    if (cp < 0x80) {
-      utf8.push_back(static_cast<char>(cp));
-    } else {
-      utf8.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      utf8.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-    tokens[b] = utf8;
-  }
+  for (int b = 0; b < 256; ++b) tokens[b] = ByteToUnicodeUtf8(b);
   return tokens;
 }
 
