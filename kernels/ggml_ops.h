@@ -1,0 +1,84 @@
+// Bit-exact scalar reproductions of the float kernels llama.cpp's CPU backend
+// (ggml-cpu, as built for x86-64 with AVX-512 by llama-cpp-python 0.3.36)
+// runs around attention and the feed-forward activation, so that pdserve's
+// CPU forward pass can produce the very same floats, not merely close ones.
+//
+// Each function emulates one ggml routine lane by lane: 16-lane vectors
+// become arrays, _mm512_fmadd_ps becomes std::fma, and horizontal sums follow
+// GCC's _mm512_reduce_add_ps tree (upper half plus lower half, down to one
+// lane). They were checked bit for bit against the exported functions of
+// libggml-cpu.so (tools/check_ggml_ops.py):
+//  - DotF16Ggml:       ggml_vec_dot_f16 (four 16-lane FMA accumulators over
+//                      chunks of 64, leftovers summed in double). llama.cpp
+//                      uses it for f16 matrix products with one activation
+//                      column, i.e. attention while decoding one token.
+//  - DotF16TinyBlas:   llamafile's tinyBLAS f16 kernel (one 16-lane FMA
+//                      accumulator, then the reduce), which llama.cpp uses
+//                      for f16 products with two or more columns (prompts).
+//  - ExpGgml:          one lane of ggml_v_expf.
+//  - SoftMaxGgml:      ggml_vec_soft_max_f32.
+//  - SwiGluGgml:       ggml_vec_swiglu_f32 (SiluGgml is one vector lane).
+//  - RopeRotateGgml:   the rotation in ggml's rope, as GCC contracts it.
+//
+// Ownership: functions borrow their buffers for the call. Thread-safety:
+// stateless apart from per-thread scratch; concurrent calls are safe.
+#ifndef PDSERVE_KERNELS_GGML_OPS_H_
+#define PDSERVE_KERNELS_GGML_OPS_H_
+
+#include <cmath>
+#include <cstdint>
+
+namespace pdserve::kernels {
+
+// The summation order of an f16 dot product.
+enum class F16DotOrder {
+  kVecDot,    // ggml_vec_dot_f16
+  kTinyBlas,  // llamafile_sgemm's tinyBLAS<16, __m512, ...>
+};
+
+// Sum of x[i] * y[i] over n fp16 elements, as ggml_vec_dot_f16 returns it.
+float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y);
+
+// The same sum as tinyBLAS computes it; tinyBLAS only takes n % 16 == 0, and
+// so does this (other n are summed as if zero-padded to a multiple of 16).
+float DotF16TinyBlas(int64_t n, const uint16_t* x, const uint16_t* y);
+
+float DotF16(F16DotOrder order, int64_t n, const uint16_t* x,
+             const uint16_t* y);
+
+// out[i] = sum over j < n of p[j] * rows[j][i], for i < d: the product of
+// fp16 probabilities with a transposed fp16 V, as llama.cpp computes it for
+// one output row. p holds fp16 values widened to float. The sum runs as if
+// the length were padded with zeros up to a multiple of 64 (kVecDot) or 16
+// (kTinyBlas), as llama.cpp pads its KV window (to 256 cells), so no element
+// takes ggml_vec_dot_f16's leftover path.
+void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
+                       const uint16_t* const* rows, int d, float* out);
+
+// One lane of ggml_v_expf (AVX-512): a degree-5 polynomial on the reduced
+// argument scaled by 2^n; 0 or +inf once |n| > 192.
+float ExpGgml(float x);
+
+// One lane of ggml_v_silu: x / (1 + ExpGgml(0 - x)).
+float SiluGgml(float x);
+
+// ggml_vec_soft_max_f32: y[i] = exp(x[i] - max) (ExpGgml over whole chunks
+// of 16, expf for the rest); returns the sum, each chunk's lanes reduced in
+// float then added in double.
+double SoftMaxGgml(int64_t n, const float* x, float max, float* y);
+
+// ggml_vec_swiglu_f32: out[i] = silu(g[i]) * u[i], the vector form over
+// whole chunks of 16 and x / (1 + expf(-x)) for the rest.
+void SwiGluGgml(int64_t n, const float* g, const float* u, float* out);
+
+// The rotation of one pair in ggml's rope: GCC fuses the first product of
+// each expression into a fused multiply-add.
+inline void RopeRotateGgml(float x0, float x1, float cos_theta, float sin_theta,
+                           float* y0, float* y1) {
+  *y0 = std::fma(x0, cos_theta, -(x1 * sin_theta));
+  *y1 = std::fma(x0, sin_theta, x1 * cos_theta);
+}
+
+}  // namespace pdserve::kernels
+
+#endif  // PDSERVE_KERNELS_GGML_OPS_H_

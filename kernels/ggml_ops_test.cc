@@ -1,0 +1,196 @@
+#include "kernels/ggml_ops.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/quant.h"
+
+namespace pdserve::kernels {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<uint16_t> Halves(const std::vector<float>& v) {
+  std::vector<uint16_t> h;
+  for (float f : v) h.push_back(Fp32ToFp16(f));
+  return h;
+}
+
+// The inputs of the golden values below: random fp16 bit patterns with
+// magnitudes in [1/8, 1/2) from this LCG, reproduced in Python and fed to
+// libggml-cpu.so through ctypes (as tools/check_ggml_ops.py does).
+std::vector<uint16_t> LcgHalves(uint32_t* state, int n) {
+  auto next = [state] {
+    *state = (*state * 1103515245u + 12345u) & 0x7fffffffu;
+    return *state >> 8;
+  };
+  std::vector<uint16_t> h(n);
+  for (int i = 0; i < n; ++i) {
+    const uint32_t sign = next() & 1;
+    h[i] = static_cast<uint16_t>((sign << 15) | (0x3000 + (next() & 0xfff)));
+  }
+  return h;
+}
+
+TEST(DotF16Test, SumsSmallIntegersExactly) {
+  const auto x = Halves({1, 2, 3, 4, 5});
+  const auto y = Halves({-1, 1, -1, 1, 2});
+  EXPECT_EQ(DotF16Ggml(5, x.data(), y.data()), 12.0f);
+  EXPECT_EQ(DotF16TinyBlas(5, x.data(), y.data()), 12.0f);
+}
+
+TEST(DotF16Test, TheTwoOrdersRoundDifferently) {
+  // Elements 0, 16 and 32 share lane 0. ggml_vec_dot_f16 keeps them in
+  // separate accumulators, (2^24 + -2^24) + 1 = 1; tinyBLAS chains them in
+  // one, 2^24 + 1 rounds back to 2^24 (ties to even), then - 2^24 = 0.
+  std::vector<float> xv(64, 0.0f), yv(64, 0.0f);
+  xv[0] = 4096;
+  yv[0] = 4096;
+  xv[16] = 1;
+  yv[16] = 1;
+  xv[32] = -4096;
+  yv[32] = 4096;
+  const auto x = Halves(xv);
+  const auto y = Halves(yv);
+  EXPECT_EQ(DotF16Ggml(64, x.data(), y.data()), 1.0f);
+  EXPECT_EQ(DotF16TinyBlas(64, x.data(), y.data()), 0.0f);
+}
+
+TEST(DotF16Test, MatchesValuesCapturedFromGgml) {
+  // Captured from libggml-cpu.so of llama-cpp-python 0.3.36 (AVX-512
+  // build): ggml_vec_dot_f16 on the first 100 / 128 elements, and
+  // ggml_mul_mat (f16 row times two f32 columns, i.e. tinyBLAS) on 128.
+  uint32_t state = 12345;
+  const auto x = LcgHalves(&state, 128);
+  const auto y = LcgHalves(&state, 128);
+  EXPECT_EQ(DotF16Ggml(100, x.data(), y.data()), -0x1.6f8f1ap+5f);
+  EXPECT_EQ(DotF16Ggml(128, x.data(), y.data()), -0x1.f4cd1ap+5f);
+  EXPECT_EQ(DotF16TinyBlas(128, x.data(), y.data()), -0x1.f4cd1ap+5f);
+}
+
+TEST(WeightedRowSumF16Test, AgreesWithTheDotOfTheSameOrder) {
+  uint32_t state = 99;
+  const int n = 40, d = 32;
+  const auto v = LcgHalves(&state, n * d);
+  const auto p16 = LcgHalves(&state, n);
+  std::vector<float> p(n);
+  std::vector<const uint16_t*> rows(n);
+  for (int j = 0; j < n; ++j) {
+    p[j] = Fp16ToFp32(p16[j]);
+    rows[j] = v.data() + j * d;
+  }
+  for (F16DotOrder order : {F16DotOrder::kVecDot, F16DotOrder::kTinyBlas}) {
+    std::vector<float> out(d);
+    WeightedRowSumF16(order, n, p.data(), rows.data(), d, out.data());
+    for (int i = 0; i < d; ++i) {
+      // Column i of V, zero-padded to 64 so that the vec_dot order has no
+      // leftovers, as in llama.cpp's padded KV window.
+      std::vector<uint16_t> col(64, 0), pp(64, 0);
+      for (int j = 0; j < n; ++j) {
+        col[j] = v[j * d + i];
+        pp[j] = p16[j];
+      }
+      EXPECT_EQ(out[i], DotF16(order, 64, pp.data(), col.data())) << i;
+    }
+  }
+}
+
+TEST(ExpGgmlTest, HandlesSpecialValuesLikeGgml) {
+  EXPECT_EQ(ExpGgml(0.0f), 1.0f);
+  EXPECT_EQ(ExpGgml(-kInf), 0.0f);
+  EXPECT_EQ(ExpGgml(kInf), kInf);
+  EXPECT_EQ(ExpGgml(-1000.0f), 0.0f);
+  EXPECT_EQ(ExpGgml(1000.0f), kInf);
+  EXPECT_TRUE(std::isnan(ExpGgml(std::nanf(""))));
+  // Within a couple of ulps of the true exponential in the normal range.
+  for (float x = -80.0f; x < 80.0f; x += 0.37f) {
+    const double e = std::exp(static_cast<double>(x));
+    EXPECT_NEAR(ExpGgml(x), e, 3e-7 * e) << x;
+  }
+}
+
+TEST(SoftMaxGgmlTest, MatchesValuesCapturedFromGgml) {
+  // Captured from ggml_vec_soft_max_f32 (max = 0) in libggml-cpu.so of
+  // llama-cpp-python 0.3.36: 16 lanes of ggml_v_expf and one expf.
+  const std::vector<float> x = {0.5,   -1.25, 3.0,    -7.75, 10.5, -20.0,
+                                0.001, -0.3,  42.0,   -87.0, 88.0, 1.0,
+                                -2.0,  0.0,   -100.0, 60.0,  2.5};
+  const std::vector<float> want = {
+      0x1.a61298p+0f,  0x1.256180p-2f,   0x1.415e5cp+4f,   0x1.c3aa90p-12f,
+      0x1.1bb700p+15f, 0x1.1b4864p-29f,  0x1.004192p+0f,   0x1.7b4c88p-1f,
+      0x1.823258p+60f, 0x1.666d0cp-126f, 0x1.f1056ep+126f, 0x1.5bf0aap+1f,
+      0x1.152aaap-3f,  0x1.0p+0f,        0x1.bp-145f,      0x1.79dbccp+86f,
+      0x1.85d6fep+3f};
+  std::vector<float> y(x.size());
+  const double sum = SoftMaxGgml(x.size(), x.data(), 0.0f, y.data());
+  EXPECT_EQ(sum, 0x1.f1056ep+126);
+  EXPECT_EQ(y, want);
+}
+
+TEST(SoftMaxGgmlTest, MaskedEntriesGetZero) {
+  const std::vector<float> x = {1.0f, -kInf, 1.0f, -kInf};
+  std::vector<float> y(4);
+  EXPECT_EQ(SoftMaxGgml(4, x.data(), 1.0f, y.data()), 2.0);
+  EXPECT_EQ(y, (std::vector<float>{1.0f, 0.0f, 1.0f, 0.0f}));
+  std::vector<float> x16(16, -kInf), y16(16);
+  x16[3] = 2.0f;
+  EXPECT_EQ(SoftMaxGgml(16, x16.data(), 2.0f, y16.data()), 1.0);
+  EXPECT_EQ(y16[3], 1.0f);
+  EXPECT_EQ(y16[4], 0.0f);
+}
+
+TEST(SwiGluGgmlTest, MatchesValuesCapturedFromGgml) {
+  // Captured from ggml_vec_swiglu_f32 in libggml-cpu.so of llama-cpp-python
+  // 0.3.36 (16 vector lanes, then one scalar element).
+  const std::vector<float> g = {0.5,   -1.25, 3.0,    -7.75, 10.5, -20.0,
+                                0.001, -0.3,  42.0,   -87.0, 88.0, 1.0,
+                                -2.0,  0.0,   -100.0, 60.0,  2.5};
+  const std::vector<float> u = {1.5,    -0.5, 2.0, 0.25, -1.0, 3.0,
+                                -2.5,   0.75, 1.0, -1.0, 0.5,  2.0,
+                                -0.125, 4.0,  1.0, -3.0, 0.5};
+  const std::vector<float> want = {0x1.de0c7cp-2f,
+                                   0x1.1d0e64p-3f,
+                                   0x1.6dc9dap+2f,
+                                   -0x1.b55d08p-11f,
+                                   -0x1.4ffda2p+3f,
+                                   -0x1.0993e0p-23f,
+                                   -0x1.47d808p-10f,
+                                   -0x1.883198p-4f,
+                                   0x1.5p+5f,
+                                   0x1.e73c40p-120f,
+                                   0x1.6p+5f,
+                                   0x1.764d4ep+0f,
+                                   0x1.e84152p-6f,
+                                   0.0f,
+                                   -0.0f,
+                                   -0x1.68p+7f,
+                                   0x1.27b9b2p+0f};
+  std::vector<float> out(g.size());
+  SwiGluGgml(g.size(), g.data(), u.data(), out.data());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(out[i], want[i]) << i;
+    EXPECT_EQ(std::signbit(out[i]), std::signbit(want[i])) << i;
+  }
+  EXPECT_EQ(SiluGgml(0.0f), 0.0f);
+}
+
+TEST(RopeRotateGgmlTest, RotatesWithOneRoundingForTheFirstProduct) {
+  float y0, y1;
+  RopeRotateGgml(3.0f, 4.0f, 1.0f, 0.0f, &y0, &y1);
+  EXPECT_EQ(y0, 3.0f);
+  EXPECT_EQ(y1, 4.0f);
+  RopeRotateGgml(3.0f, 4.0f, 0.0f, 1.0f, &y0, &y1);
+  EXPECT_EQ(y0, -4.0f);
+  EXPECT_EQ(y1, 3.0f);
+  // x0 * c is not rounded before the subtraction: (1 + 2^-12)^2 - 1 keeps
+  // its 2^-24 term, which a rounded product would lose.
+  const float a = 1.0f + 0x1p-12f;
+  RopeRotateGgml(a, 1.0f, a, 1.0f, &y0, &y1);
+  EXPECT_EQ(y0, 0x1p-11f + 0x1p-24f);
+}
+
+}  // namespace
+}  // namespace pdserve::kernels
