@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/ggml_ops.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
@@ -68,16 +69,18 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
   }
   Fp16Table();  // build it now rather than inside the first request
   return std::unique_ptr<CpuBackend>(
-      new CpuBackend(config, weights, std::move(pool), options.num_threads));
+      new CpuBackend(config, weights, std::move(pool), options));
 }
 
 CpuBackend::CpuBackend(const model::ModelConfig& config,
                        const model::ModelWeights& weights,
-                       std::unique_ptr<KvCachePool> pool, int num_threads)
+                       std::unique_ptr<KvCachePool> pool,
+                       const CpuBackendOptions& options)
     : config_(config),
       weights_(weights),
       pool_(std::move(pool)),
-      threads_(num_threads) {}
+      threads_(options.num_threads),
+      llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics) {}
 
 absl::Status CpuBackend::Validate(const ForwardBatch& batch) const {
   const int32_t bs = pool_->layout().block_size_tokens();
@@ -187,10 +190,7 @@ void CpuBackend::ApplyRope(float* rows, int n_tokens, int n_heads) {
       for (int i = 0; i < pairs; ++i) {
         const int a = halves ? i : 2 * i;
         const int b = halves ? i + pairs : 2 * i + 1;
-        const float x0 = x[a];
-        const float x1 = x[b];
-        x[a] = x0 * cs[i] - x1 * sn[i];
-        x[b] = x0 * sn[i] + x1 * cs[i];
+        kernels::RopeRotateGgml(x[a], x[b], cs[i], sn[i], &x[a], &x[b]);
       }
     }
   }
@@ -222,53 +222,62 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const float* f16 = Fp16Table();
 
-  threads_.ParallelFor(
-      int64_t{n_tokens} * heads, [&](int64_t begin, int64_t end) {
-        thread_local std::vector<float> scores;
-        thread_local std::vector<float> q16;
-        thread_local std::vector<float> acc;
-        q16.resize(d);
-        acc.resize(d);
-        for (int64_t item = begin; item < end; ++item) {
-          const int t = static_cast<int>(item / heads);
-          const int h = static_cast<int>(item % heads);
-          const int kvh = h / group;
-          const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
-          const int32_t n_ctx = tokens_[t].pos + 1;  // causal: positions <= pos
-          const float* q = q_.data() + (int64_t{t} * heads + h) * d;
-          for (int i = 0; i < d; ++i) q16[i] = RoundFp16(q[i], f16);
-          scores.resize(n_ctx);
+  threads_.ParallelFor(int64_t{n_tokens} * heads, [&](int64_t begin,
+                                                      int64_t end) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<float> probs;
+    thread_local std::vector<uint16_t> q16;
+    thread_local std::vector<const uint16_t*> vrows;
+    q16.resize(d);
+    for (int64_t item = begin; item < end; ++item) {
+      const int t = static_cast<int>(item / heads);
+      const int h = static_cast<int>(item % heads);
+      const int kvh = h / group;
+      const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
+      // llama.cpp sums f16 products with tinyBLAS for the prompt (a batch
+      // of two or more tokens) and with ggml_vec_dot_f16 for a single
+      // token; see CpuBackendOptions.
+      const kernels::F16DotOrder order =
+          llamacpp_prompt_numerics_ && c.prompt_length >= 2 &&
+                  tokens_[t].pos < c.prompt_length
+              ? kernels::F16DotOrder::kTinyBlas
+              : kernels::F16DotOrder::kVecDot;
+      const int32_t n_ctx = tokens_[t].pos + 1;  // causal: positions <= pos
+      // llama.cpp's KV window is padded (to 256 cells) and masked with
+      // -inf; softmax works in chunks of 16, so padding to 16 is enough
+      // for the same sums.
+      const int32_t n_pad = (n_ctx + 15) / 16 * 16;
+      const float* q = q_.data() + (int64_t{t} * heads + h) * d;
+      for (int i = 0; i < d; ++i) q16[i] = kernels::Fp32ToFp16(q[i]);
+      scores.resize(n_pad);
+      probs.resize(n_pad);
+      vrows.resize(n_ctx);
 
-          float max_score = -std::numeric_limits<float>::infinity();
-          for (int32_t j = 0; j < n_ctx; ++j) {
-            const auto* kj =
-                reinterpret_cast<const uint16_t*>(pool_->Slot(
-                    layer, c.block_table[j / bs], KvHalf::kKey, j % bs)) +
-                kvh * d;
-            float dot = 0;
-            for (int i = 0; i < d; ++i) dot += q16[i] * f16[kj[i]];
-            scores[j] = dot * scale;
-            max_score = std::max(max_score, scores[j]);
-          }
-          double denom = 0;
-          for (int32_t j = 0; j < n_ctx; ++j) {
-            scores[j] = std::exp(scores[j] - max_score);
-            denom += scores[j];
-          }
-          const float inv = static_cast<float>(1.0 / denom);
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int32_t j = 0; j < n_ctx; ++j) {
-            const float p = RoundFp16(scores[j] * inv, f16);
-            const auto* vj =
-                reinterpret_cast<const uint16_t*>(pool_->Slot(
-                    layer, c.block_table[j / bs], KvHalf::kValue, j % bs)) +
-                kvh * d;
-            for (int i = 0; i < d; ++i) acc[i] += p * f16[vj[i]];
-          }
-          std::memcpy(attn_.data() + (int64_t{t} * heads + h) * d, acc.data(),
-                      d * sizeof(float));
-        }
-      });
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int32_t j = 0; j < n_ctx; ++j) {
+        const auto* kj =
+            reinterpret_cast<const uint16_t*>(pool_->Slot(
+                layer, c.block_table[j / bs], KvHalf::kKey, j % bs)) +
+            kvh * d;
+        scores[j] = kernels::DotF16(order, d, kj, q16.data()) * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      for (int32_t j = n_ctx; j < n_pad; ++j) {
+        scores[j] = -std::numeric_limits<float>::infinity();
+      }
+      const double denom =
+          kernels::SoftMaxGgml(n_pad, scores.data(), max_score, probs.data());
+      const float inv = static_cast<float>(1.0 / denom);
+      for (int32_t j = 0; j < n_ctx; ++j) {
+        probs[j] = RoundFp16(probs[j] * inv, f16);
+        vrows[j] = reinterpret_cast<const uint16_t*>(pool_->Slot(
+                       layer, c.block_table[j / bs], KvHalf::kValue, j % bs)) +
+                   kvh * d;
+      }
+      kernels::WeightedRowSumF16(order, n_ctx, probs.data(), vrows.data(), d,
+                                 attn_.data() + (int64_t{t} * heads + h) * d);
+    }
+  });
 }
 
 absl::Status CpuBackend::Forward(const ForwardBatch& batch,
@@ -342,10 +351,12 @@ absl::Status CpuBackend::Forward(const ForwardBatch& batch,
     qrows_a_.source = nullptr;
     MatMul(L.ffn_gate, xn_.data(), T, gate_.data(), &qrows_a_);
     MatMul(L.ffn_up, xn_.data(), T, up_.data(), &qrows_a_);
-    for (int64_t i = 0; i < int64_t{T} * F; ++i) {
-      const float g = gate_[i];
-      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-    }
+    threads_.ParallelFor(T, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        kernels::SwiGluGgml(F, gate_.data() + t * F, up_.data() + t * F,
+                            gate_.data() + t * F);
+      }
+    });
     qrows_b_.source = nullptr;
     MatMul(L.ffn_down, gate_.data(), T, proj_.data(), &qrows_b_);
     for (int64_t i = 0; i < int64_t{T} * E; ++i) x_[i] += proj_[i];

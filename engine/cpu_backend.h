@@ -10,9 +10,12 @@
 //    the weight (ggml_rms_norm followed by ggml_mul);
 //  - RoPE angles are built as ggml does, multiplying theta by
 //    base^(-2/dims) pair after pair in float;
+//  - RoPE rotates with ggml's fused multiply-adds (kernels/ggml_ops.h);
 //  - K and V are stored as fp16; attention rounds the query and the softmax
 //    probabilities to fp16 before their dot products, as ggml's f16
-//    matrix products do, and sums the softmax denominator in double.
+//    matrix products do, and sums them, computes the softmax (ggml's
+//    vectorised exp, denominator in double) and SwiGLU exactly as ggml-cpu
+//    does (kernels/ggml_ops.h), bit for bit.
 //
 // Work is split over a persistent thread pool: matrix rows for the products,
 // (token, head) pairs for attention. Results do not depend on the number of
@@ -42,6 +45,19 @@ namespace pdserve::engine {
 struct CpuBackendOptions {
   // Threads for the forward pass; <= 0 means the CPUs this process may use.
   int num_threads = 0;
+  // llama.cpp sums attention's f16 dot products in one order when it
+  // processes a batch of two or more tokens (tinyBLAS: the prompt) and in
+  // another for a single token (ggml_vec_dot_f16: each decode step). When
+  // set (the default), prompt tokens of prompts of two or more tokens take
+  // the batched order and every other token the single-token order, which
+  // reproduces llama.cpp's greedy output token for token. The choice depends
+  // only on whether a position is part of the prompt (SequenceChunk::
+  // prompt_length), never on how the prompt is cut into chunks, so chunked
+  // prefill, prefix-cache hits and recomputation after preemption still give
+  // bitwise-identical results. When clear, every token takes the
+  // single-token order, and a prompt fed one token at a time equals a
+  // prefilled one bit for bit too.
+  bool llamacpp_prompt_numerics = true;
 };
 
 class CpuBackend : public ForwardBackend {
@@ -75,7 +91,8 @@ class CpuBackend : public ForwardBackend {
 
   CpuBackend(const model::ModelConfig& config,
              const model::ModelWeights& weights,
-             std::unique_ptr<KvCachePool> pool, int num_threads);
+             std::unique_ptr<KvCachePool> pool,
+             const CpuBackendOptions& options);
 
   absl::Status Validate(const ForwardBatch& batch) const;
   // out[t * w.rows + r] = row r of w . x[t], for t < n_tokens.
@@ -92,6 +109,7 @@ class CpuBackend : public ForwardBackend {
   const model::ModelWeights& weights_;
   std::unique_ptr<KvCachePool> pool_;
   common::ThreadPool threads_;
+  const bool llamacpp_prompt_numerics_;
 
   // Scratch, grown to the largest batch seen and then reused.
   std::vector<TokenRef> tokens_;

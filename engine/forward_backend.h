@@ -42,6 +42,11 @@ struct SequenceChunk {
   // lives in block_table[p / block_size], slot p % block_size.
   absl::Span<const BlockId> block_table;
   LogitsMode logits = LogitsMode::kLast;
+  // Positions below this are the sequence's prompt; the rest were
+  // generated. Backends may compute the two differently (the CPU backend
+  // follows llama.cpp's prompt and decode arithmetic), so it must be the
+  // same whatever the chunking.
+  int32_t prompt_length = 0;
 };
 
 struct ForwardBatch {

@@ -140,7 +140,8 @@ bool LlmEngine::Admit(Request& r, int32_t* budget) {
   // A preempted request resumes from its prompt plus what it generated.
   std::vector<int32_t> tokens = r.prompt;
   tokens.insert(tokens.end(), r.generated.begin(), r.generated.end());
-  absl::StatusOr<int32_t> cached = runner_->AddSequence(r.id, tokens);
+  absl::StatusOr<int32_t> cached =
+      runner_->AddSequence(r.id, tokens, static_cast<int32_t>(r.prompt.size()));
   if (!cached.ok()) {
     RequestOutput out;
     Finish(r.id, RequestFinish::kError, cached.status(), &out);

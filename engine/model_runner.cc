@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
                       KvCachePool::Create(l));
   CpuBackendOptions backend_options;
   backend_options.num_threads = options.num_threads;
+  backend_options.llamacpp_prompt_numerics = options.llamacpp_prompt_numerics;
   PD_ASSIGN_OR_RETURN(
       r->backend_,
       CpuBackend::Create(c, model.weights(), std::move(pool), backend_options));
@@ -55,7 +56,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
 }
 
 absl::StatusOr<int32_t> ModelRunner::AddSequence(
-    SeqId id, absl::Span<const int32_t> prompt) {
+    SeqId id, absl::Span<const int32_t> prompt, int32_t prompt_length) {
   if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
   if (static_cast<int64_t>(prompt.size()) >= context_length()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -76,6 +77,10 @@ absl::StatusOr<int32_t> ModelRunner::AddSequence(
   Sequence& s = seqs_[id];
   s.tokens.assign(prompt.begin(), prompt.end());
   s.num_computed = cached;
+  s.prompt_length =
+      prompt_length < 0
+          ? static_cast<int32_t>(prompt.size())
+          : std::min(prompt_length, static_cast<int32_t>(prompt.size()));
   return cached;
 }
 
@@ -146,6 +151,7 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
     chunk.start_pos = s.num_computed;
     chunk.block_table = table_scratch_[i];
     chunk.logits = item.logits;
+    chunk.prompt_length = s.prompt_length;
     batch.chunks.push_back(chunk);
   }
   PD_RETURN_IF_ERROR(backend_->Forward(batch, logits));

@@ -47,6 +47,9 @@ struct ModelRunnerOptions {
   int32_t max_batch_tokens = 512;
   // Forward-pass threads; <= 0: the CPUs this process may use.
   int num_threads = 0;
+  // Reproduce llama.cpp's arithmetic for prompt tokens (see
+  // CpuBackendOptions::llamacpp_prompt_numerics).
+  bool llamacpp_prompt_numerics = true;
 };
 
 class ModelRunner {
@@ -57,12 +60,15 @@ class ModelRunner {
       const model::Model& model, const ModelRunnerOptions& options);
 
   // ---- Sequences -------------------------------------------------------
-  // Registers a sequence with its prompt and looks the prompt up in the
-  // prefix cache; returns how many leading tokens are already cached (their
-  // KV is reused, never recomputed). INVALID_ARGUMENT for an empty or
-  // over-long prompt or a duplicate id.
+  // Registers a sequence with its tokens and looks them up in the prefix
+  // cache; returns how many leading tokens are already cached (their KV is
+  // reused, never recomputed). The first prompt_length tokens are the
+  // prompt (all of them when negative); a request resuming after
+  // preemption passes its prompt plus the tokens it had generated.
+  // INVALID_ARGUMENT for an empty or over-long prompt or a duplicate id.
   absl::StatusOr<int32_t> AddSequence(SeqId id,
-                                      absl::Span<const int32_t> prompt);
+                                      absl::Span<const int32_t> tokens,
+                                      int32_t prompt_length = -1);
   // Appends a generated token (its KV is computed by the next Decode/Run).
   absl::Status AppendToken(SeqId id, int32_t token);
   // Frees the sequence's blocks (full ones stay in the prefix cache).
@@ -124,6 +130,7 @@ class ModelRunner {
   struct Sequence {
     std::vector<int32_t> tokens;
     int32_t num_computed = 0;
+    int32_t prompt_length = 0;
   };
 
   ModelRunner(const model::Model& model, const ModelRunnerOptions& options)
