@@ -905,9 +905,9 @@ TEST(VecDotTest, DispatchedKernelsEqualTheScalarReferenceBitwise) {
   std::mt19937 rng(77);
   for (const int64_t n : {32, 256, 576, 1536}) {
     for (const TypePair& p : kPairs) {
-      if (n % 256 != 0 && (p.weight == GgmlType::kQ4_K ||
-                           p.weight == GgmlType::kQ5_K ||
-                           p.weight == GgmlType::kQ6_K)) {
+      if (n % 256 != 0 &&
+          (p.weight == GgmlType::kQ4_K || p.weight == GgmlType::kQ5_K ||
+           p.weight == GgmlType::kQ6_K)) {
         continue;
       }
       SCOPED_TRACE(Name(p.weight));
