@@ -51,10 +51,11 @@ absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
   std::vector<uint32_t> eos(eos_ids_.begin(), eos_ids_.end());
   r->stop_tokens.emplace(request.sampling, eos,
                          static_cast<uint32_t>(runner_->context_length()));
-  // Generated text renders control tokens as nothing, as llama.cpp's
-  // streaming does.
+  // Generated text continues the prompt and renders control tokens as
+  // nothing, as llama.cpp's streaming does.
   r->detok = std::make_unique<model::IncrementalDetokenizer>(
-      model_.tokenizer(), /*remove_special=*/false, /*unparse_special=*/false);
+      model_.tokenizer(), /*remove_special=*/false, /*unparse_special=*/false,
+      /*continues_text=*/true);
   r->prompt = std::move(request.prompt);
   r->params = std::move(request.sampling);
   r->on_output = std::move(request.on_output);

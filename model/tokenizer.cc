@@ -1002,11 +1002,13 @@ std::string Tokenizer::Detokenize(absl::Span<const TokenId> ids,
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
                                                bool remove_special,
-                                               bool unparse_special)
+                                               bool unparse_special,
+                                               bool continues_text)
     : tokenizer_(tokenizer),
       remove_special_(remove_special),
       unparse_special_(unparse_special),
-      strip_next_space_(tokenizer.add_space_prefix_) {}
+      continues_text_(continues_text),
+      strip_next_space_(tokenizer.add_space_prefix_ && !continues_text) {}
 
 void IncrementalDetokenizer::Append(TokenId id) {
   absl::string_view piece = tokenizer_.PieceForDetokenize(id, unparse_special_);
@@ -1043,7 +1045,7 @@ std::string IncrementalDetokenizer::Add(TokenId id) {
 std::string IncrementalDetokenizer::Finish() {
   std::string out = Drain(/*final=*/true);
   tokens_seen_ = 0;
-  strip_next_space_ = tokenizer_.add_space_prefix_;
+  strip_next_space_ = tokenizer_.add_space_prefix_ && !continues_text_;
   first_piece_done_ = false;
   eos_held_ = false;
   raw_.clear();

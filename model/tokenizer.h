@@ -232,8 +232,13 @@ class Tokenizer {
 // settle them.
 class IncrementalDetokenizer {
  public:
+  // continues_text: the stream continues text that is already there (a
+  // model's output after its prompt), so the leading space of the first
+  // piece is kept; Detokenize's rule of dropping it (SentencePiece
+  // vocabularies with add_space_prefix) is for text that starts at the
+  // first token. llama.cpp's streaming output keeps it likewise.
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool remove_special,
-                         bool unparse_special);
+                         bool unparse_special, bool continues_text = false);
 
   // Feeds one token; returns the text it completes (often empty).
   std::string Add(TokenId id);
@@ -250,6 +255,7 @@ class IncrementalDetokenizer {
   const Tokenizer& tokenizer_;
   const bool remove_special_;
   const bool unparse_special_;
+  const bool continues_text_;
 
   size_t tokens_seen_ = 0;
   bool strip_next_space_ = false;

@@ -698,6 +698,17 @@ TEST(TokenizerTest, SentencePieceByHand) {
   EXPECT_THAT((*t)->Encode("hx", false, false), ElementsAre(kSpH, 3 + 'x'));
   EXPECT_THAT((*t)->Encode("i i", false, false), ElementsAre(kSpI, kSpI));
   EXPECT_EQ(*(*t)->TokenToPiece(kSpH, false), " h");
+  // A stream that starts the text drops the first piece's space, as
+  // Detokenize does; one that continues a prompt (model output) keeps it.
+  IncrementalDetokenizer starts(**t, false, false);
+  std::string started = starts.Add(kSpH);
+  started += starts.Finish();
+  EXPECT_EQ(started, "h");
+  IncrementalDetokenizer continues(**t, false, false, /*continues_text=*/true);
+  std::string continued = continues.Add(kSpH);
+  continued += continues.Add(kSpI);
+  continued += continues.Finish();
+  EXPECT_EQ(continued, " h i");
   EXPECT_EQ(*(*t)->TokenToPiece(3 + 0x0A, false), "\n");
   // The first piece loses its leading space; a BOS first (rendered or
   // removed) keeps the space of the piece after it, as in llama.cpp.
