@@ -25,201 +25,13 @@
 #include "model/gguf.h"
 #include "model/gguf_types.h"
 #include "model/gguf_writer.h"
+#include "model/testing/golden_json.h"
 #include "model/unicode.h"
 
 namespace pdserve::model {
 namespace {
 
-// ---------------------------------------------------------------------------
-// A small JSON reader for the golden files (written by
-// tools/gen_chat_template_goldens.py with json.dump(ensure_ascii=False)).
-// ---------------------------------------------------------------------------
-
-struct Json {
-  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
-  Type type = Type::kNull;
-  bool boolean = false;
-  double number = 0;
-  std::string string;
-  std::vector<Json> array;
-  std::map<std::string, Json> object;
-
-  bool Has(const std::string& key) const { return object.count(key) > 0; }
-  const Json& operator[](const std::string& key) const {
-    static const Json* const kNull = new Json();
-    auto it = object.find(key);
-    return it == object.end() ? *kNull : it->second;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(absl::string_view text) : text_(text) {}
-
-  absl::StatusOr<Json> Parse() {
-    Json value;
-    if (!ParseValue(&value)) return Error();
-    SkipSpace();
-    if (pos_ != text_.size()) return Error();
-    return value;
-  }
-
- private:
-  absl::Status Error() const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad JSON near byte ", pos_));
-  }
-  void SkipSpace() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' ||
-            text_[pos_] == '\t')) {
-      ++pos_;
-    }
-  }
-  bool Consume(absl::string_view word) {
-    if (!absl::StartsWith(text_.substr(pos_), word)) return false;
-    pos_ += word.size();
-    return true;
-  }
-  bool ParseValue(Json* out) {
-    SkipSpace();
-    if (pos_ >= text_.size()) return false;
-    const char c = text_[pos_];
-    if (c == '{') return ParseObject(out);
-    if (c == '[') return ParseArray(out);
-    if (c == '"') {
-      out->type = Json::Type::kString;
-      return ParseString(&out->string);
-    }
-    if (Consume("null")) return true;
-    if (Consume("true") || Consume("false")) {
-      out->type = Json::Type::kBool;
-      out->boolean = text_[pos_ - 1] == 'e' && text_[pos_ - 2] == 'u';
-      return true;
-    }
-    size_t end = pos_;
-    while (end < text_.size() &&
-           absl::string_view("+-0123456789.eE").find(text_[end]) !=
-               absl::string_view::npos) {
-      ++end;
-    }
-    if (end == pos_) return false;
-    out->type = Json::Type::kNumber;
-    out->number = std::strtod(
-        std::string(text_.substr(pos_, end - pos_)).c_str(), nullptr);
-    pos_ = end;
-    return true;
-  }
-  bool ParseObject(Json* out) {
-    out->type = Json::Type::kObject;
-    ++pos_;  // {
-    SkipSpace();
-    if (Consume("}")) return true;
-    for (;;) {
-      SkipSpace();
-      std::string key;
-      if (pos_ >= text_.size() || text_[pos_] != '"' || !ParseString(&key)) {
-        return false;
-      }
-      SkipSpace();
-      if (!Consume(":")) return false;
-      Json value;
-      if (!ParseValue(&value)) return false;
-      out->object[key] = std::move(value);
-      SkipSpace();
-      if (Consume("}")) return true;
-      if (!Consume(",")) return false;
-    }
-  }
-  bool ParseArray(Json* out) {
-    out->type = Json::Type::kArray;
-    ++pos_;  // [
-    SkipSpace();
-    if (Consume("]")) return true;
-    for (;;) {
-      Json value;
-      if (!ParseValue(&value)) return false;
-      out->array.push_back(std::move(value));
-      SkipSpace();
-      if (Consume("]")) return true;
-      if (!Consume(",")) return false;
-    }
-  }
-  bool ParseHex4(uint32_t* value) {
-    if (text_.size() - pos_ < 4) return false;
-    *value = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = text_[pos_++];
-      int digit;
-      if (c >= '0' && c <= '9') {
-        digit = c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        digit = c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        digit = c - 'A' + 10;
-      } else {
-        return false;
-      }
-      *value = *value * 16 + digit;
-    }
-    return true;
-  }
-  bool ParseString(std::string* out) {
-    ++pos_;  // "
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_++];
-      if (c == '"') return true;
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (pos_ >= text_.size()) return false;
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out->push_back(e);
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u': {
-          uint32_t cp;
-          if (!ParseHex4(&cp)) return false;
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            uint32_t low;
-            if (!Consume("\\u") || !ParseHex4(&low) || low < 0xDC00 ||
-                low > 0xDFFF) {
-              return false;
-            }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          }
-          AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          return false;
-      }
-    }
-    return false;
-  }
-
-  absl::string_view text_;
-  size_t pos_ = 0;
-};
+using golden::Json;
 
 // ---------------------------------------------------------------------------
 // Golden files.
@@ -233,16 +45,12 @@ std::string TestDataDir() {
 }
 
 absl::StatusOr<Json> ReadJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  absl::StatusOr<Json> json = JsonParser(buffer.str()).Parse();
-  if (!json.ok()) {
+  std::optional<Json> json = golden::LoadGoldenJson(path);
+  if (!json) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", json.status().message()));
+        absl::StrCat("cannot read or parse ", path));
   }
-  return json;
+  return *std::move(json);
 }
 
 struct Golden {
@@ -362,7 +170,7 @@ TEST(ChatTemplateGoldenTest, RecognisesAndRendersLikeJinja) {
     EXPECT_EQ(chat->family_name(), expect["family"].string);
     EXPECT_EQ(chat->variant_name(), expect["variant"].string);
     EXPECT_EQ(chat->renders_bos(), expect["renders_bos"].boolean);
-    if (expect["default_system_prompt"].type == Json::Type::kNull) {
+    if (expect["default_system_prompt"].kind == Json::Kind::kNull) {
       EXPECT_FALSE(chat->default_system_prompt().has_value());
     } else {
       EXPECT_EQ(chat->default_system_prompt(),
