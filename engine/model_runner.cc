@@ -126,6 +126,10 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
       return absl::NotFoundError(absl::StrCat("no sequence ", item.id));
     }
     const Sequence& s = it->second;
+    if (s.awaiting_transfer) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", item.id, " is waiting for its KV transfer"));
+    }
     if (item.num_tokens <= 0 || s.num_computed + item.num_tokens >
                                     static_cast<int64_t>(s.tokens.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -220,6 +224,36 @@ absl::StatusOr<std::vector<ModelRunner::PrefillOutput>> ModelRunner::Prefill(
     }
   }
   return outputs;
+}
+
+absl::StatusOr<ModelRunner::TransferTarget> ModelRunner::ReserveForTransfer(
+    SeqId id, absl::Span<const int32_t> prompt) {
+  PD_ASSIGN_OR_RETURN(int32_t cached, AddSequence(id, prompt));
+  absl::Status reserved = blocks_->Reserve(id, prompt.size());
+  if (!reserved.ok()) {
+    Release(id);
+    return reserved;
+  }
+  seqs_[id].awaiting_transfer = true;
+  TransferTarget target;
+  target.cached_tokens = cached;
+  target.blocks = blocks_->CopyBlockTable(id);
+  return target;
+}
+
+absl::Status ModelRunner::CompleteTransfer(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  }
+  Sequence& s = it->second;
+  if (!s.awaiting_transfer) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " has no transfer pending"));
+  }
+  s.awaiting_transfer = false;
+  s.num_computed = static_cast<int32_t>(s.tokens.size());
+  return blocks_->MarkComputed(id, s.tokens, s.num_computed);
 }
 
 absl::Status ModelRunner::Decode(absl::Span<const SeqId> ids,

@@ -98,6 +98,28 @@ class ModelRunner {
       absl::Span<const PrefillInput> inputs,
       const LayerCallback& on_layer_done = nullptr);
 
+  // ---- KV computed elsewhere (disaggregated serving) ---------------------
+  // A decode worker receives a prompt's KV from a prefill worker instead of
+  // computing it:
+  //   1. ReserveForTransfer registers the sequence with its prompt, looks
+  //      the prompt up in the local prefix cache and reserves blocks for all
+  //      of it. The prefill side must then write the KV of prompt positions
+  //      [cached_tokens, prompt size) into `blocks` (position p lives in
+  //      blocks[p / block_size], slot p % block_size, in this runner's
+  //      KvLayout); positions below cached_tokens are already here.
+  //   2. CompleteTransfer, once every layer has arrived (and been verified),
+  //      marks the prompt computed (its full blocks become prefix-cacheable).
+  //      The sequence then decodes like any other, its first Decode step
+  //      taking the first token the prefill side sampled.
+  // Release at any point frees the blocks.
+  struct TransferTarget {
+    int32_t cached_tokens = 0;
+    std::vector<BlockId> blocks;
+  };
+  absl::StatusOr<TransferTarget> ReserveForTransfer(
+      SeqId id, absl::Span<const int32_t> prompt);
+  absl::Status CompleteTransfer(SeqId id);
+
   // Decode: one step for a batch of running sequences. tokens[i] is appended
   // to sequence ids[i] and its KV computed; logits receives one row per
   // sequence. RESOURCE_EXHAUSTED when a sequence needs a new block and none
@@ -131,6 +153,9 @@ class ModelRunner {
     std::vector<int32_t> tokens;
     int32_t num_computed = 0;
     int32_t prompt_length = 0;
+    // Reserved for KV computed elsewhere and not yet complete: nothing may
+    // compute (and overwrite) its prompt positions.
+    bool awaiting_transfer = false;
   };
 
   ModelRunner(const model::Model& model, const ModelRunnerOptions& options)

@@ -17,7 +17,9 @@
 // spread; every other comparison stays bitwise in both modes.
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -262,6 +264,85 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name + (std::get<1>(p.param) ? "_llamacpp" : "_invariant");
     });
+
+// Disaggregation at the engine level: the prompt's KV computed by one runner
+// (a prefill worker), copied byte for byte into the blocks another runner
+// reserved (a decode worker, here with part of the prompt already in its
+// prefix cache), then decoded there: the same logits and tokens as one
+// runner doing everything.
+TEST(ModelRunnerTransferTest, KvFromAnotherRunnerDecodesIdentically) {
+  auto m = OpenTiny({}, "runner_transfer.gguf");
+  ASSERT_NE(m, nullptr);
+  const int vocab = m->config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(21, 8, vocab);
+  auto argmax = [](const std::vector<float>& v) {
+    return static_cast<int32_t>(std::max_element(v.begin(), v.end()) -
+                                v.begin());
+  };
+  constexpr int kSteps = 10;
+
+  // Reference: one runner, prefill then greedy decode.
+  std::vector<std::vector<float>> want;
+  {
+    auto r = MakeRunner(*m);
+    auto out = r->Prefill({{1, prompt}});
+    ASSERT_TRUE(out.ok());
+    want.push_back((*out)[0].logits);
+    for (int i = 0; i < kSteps; ++i) {
+      std::vector<float> logits;
+      ASSERT_TRUE(r->Decode({1}, {argmax(want.back())}, &logits).ok());
+      want.push_back(logits);
+    }
+  }
+
+  auto prefill = MakeRunner(*m);
+  auto decode = MakeRunner(*m);
+  // The decode side already holds the first 8 prompt tokens (2 blocks).
+  std::vector<int32_t> shared(prompt.begin(), prompt.begin() + 9);
+  ASSERT_TRUE(decode->Prefill({{50, shared}}).ok());
+  decode->Release(50);
+
+  auto target = decode->ReserveForTransfer(7, prompt);
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->cached_tokens, 8);
+  // Nothing may compute a sequence whose KV is still on its way.
+  std::vector<float> unused;
+  EXPECT_EQ(decode->Decode({7}, {1}, &unused).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  auto out = prefill->Prefill({{1, prompt}});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].logits, want[0]);
+  const std::vector<BlockId> source = prefill->blocks().CopyBlockTable(1);
+  KvCachePool& from = prefill->backend().kv_pool();
+  KvCachePool& to = decode->backend().kv_pool();
+  const uint32_t bs = from.layout().block_size_tokens();
+  const uint64_t token_bytes = from.geometry().token_bytes();
+  for (uint32_t layer = 0; layer < from.layout().num_layers(); ++layer) {
+    for (int32_t p = target->cached_tokens;
+         p < static_cast<int32_t>(prompt.size()); ++p) {
+      for (auto half :
+           {kv_transfer::KvHalf::kKey, kv_transfer::KvHalf::kValue}) {
+        std::memcpy(to.Slot(layer, target->blocks[p / bs], half, p % bs),
+                    from.Slot(layer, source[p / bs], half, p % bs),
+                    token_bytes);
+      }
+    }
+  }
+  ASSERT_TRUE(decode->CompleteTransfer(7).ok());
+  EXPECT_EQ(decode->CompleteTransfer(7).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // The first decode step takes the token the prefill side sampled.
+  std::vector<float> logits;
+  ASSERT_TRUE(decode->Decode({7}, {argmax(want[0])}, &logits).ok());
+  EXPECT_EQ(logits, want[1]);
+  for (int i = 2; i <= kSteps; ++i) {
+    ASSERT_TRUE(decode->Decode({7}, {argmax(logits)}, &logits).ok());
+    EXPECT_EQ(logits, want[i]) << "step " << i;
+  }
+  // The transferred prompt is now in the decode side's prefix cache.
+  EXPECT_EQ(decode->blocks().CountCachedPrefixBlocks(prompt), 5);
+}
 
 TEST(ModelRunnerErrorsTest, RefusesBadInputCleanly) {
   auto m = OpenTiny({}, "runner_errors.gguf");
