@@ -1,0 +1,223 @@
+// engine_bench: how fast the engine runs a model on this machine, next to
+// the machine's own limit.
+//
+//   bazel run --config=opt //bench:engine_bench -- [--model FILE]
+//
+// Measures, each as the median of --runs runs:
+//   - read bandwidth of this machine's memory with the engine's threads (a
+//     parallel sum over a buffer much larger than the caches);
+//   - prefill tokens/s for prompts of 128 and 512 tokens (no prefix cache);
+//   - single-stream decode tokens/s (128 tokens after a 16-token prompt),
+//     and its ratio to the decode roofline: bandwidth / bytes of weights
+//     one decode step reads;
+//   - batched decode: aggregate tokens/s of B sequences decoding together,
+//     B in {1, 8, 32, 64}.
+// Prints a table and writes JSON (--json_out). Token ids are synthetic
+// (valid ids spread over the vocabulary); speed does not depend on them.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/thread_pool.h"
+#include "engine/model_runner.h"
+#include "model/default_model.h"
+#include "model/model.h"
+
+ABSL_FLAG(std::string, model, "", "GGUF model (default: the default model)");
+ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
+ABSL_FLAG(int32_t, runs, 5, "Runs per measurement (the median is reported)");
+ABSL_FLAG(std::string, json_out, "", "Write the results as JSON here");
+
+namespace pdserve {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// GB/s of a parallel read over 512 MiB.
+double ReadBandwidthGbps(common::ThreadPool& pool) {
+  const int64_t n = (int64_t{512} << 20) / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(n, 1);
+  std::atomic<uint64_t> total{0};
+  const absl::Time start = absl::Now();
+  pool.ParallelFor(n, [&](int64_t begin, int64_t end) {
+    uint64_t sum = 0;
+    for (int64_t i = begin; i < end; ++i) sum += buffer[i];
+    total.fetch_add(sum);  // keeps the reads from being optimized away
+  });
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (total.load() != static_cast<uint64_t>(n)) std::cerr << "bad sum\n";
+  return n * sizeof(uint64_t) / seconds / 1e9;
+}
+
+std::vector<int32_t> Tokens(int n, int salt, int vocab) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) {
+    t[i] =
+        static_cast<int32_t>((int64_t{i} * 7919 + salt * 104729 + 17) % vocab);
+  }
+  return t;
+}
+
+int32_t Argmax(const float* v, int n) {
+  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+}
+
+struct Results {
+  double bandwidth_gbps = 0;
+  double prefill_128 = 0, prefill_512 = 0;
+  double decode_single = 0;
+  std::vector<std::pair<int, double>> batched;
+  double roofline = 0;
+};
+
+int Main() {
+  std::string path = absl::GetFlag(FLAGS_model);
+  if (path.empty()) path = model::DefaultModelPath();
+  auto loaded = model::Model::Open(path);
+  if (!loaded.ok()) {
+    std::cerr << "engine_bench: " << loaded.status().message() << "\n";
+    return 1;
+  }
+  const model::Model& m = **loaded;
+  const int vocab = m.config().vocab_size;
+  const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
+
+  engine::ModelRunnerOptions options;
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  options.enable_prefix_cache = false;
+  options.kv_cache_bytes = int64_t{512} << 20;
+  auto created = engine::ModelRunner::Create(m, options);
+  if (!created.ok()) {
+    std::cerr << "engine_bench: " << created.status().message() << "\n";
+    return 1;
+  }
+  engine::ModelRunner& runner = **created;
+  common::ThreadPool pool(options.num_threads);
+  Results r;
+  engine::SeqId next_id = 1;
+
+  std::vector<double> samples;
+  for (int i = 0; i < runs; ++i) samples.push_back(ReadBandwidthGbps(pool));
+  r.bandwidth_gbps = Median(samples);
+  // Bytes one decode step reads: every matrix once, plus an embedding row.
+  const double step_bytes =
+      m.weights().matrix_bytes + m.weights().token_embedding.row_bytes;
+  r.roofline = r.bandwidth_gbps * 1e9 / step_bytes;
+
+  for (int len : {128, 512}) {
+    samples.clear();
+    for (int i = 0; i < runs; ++i) {
+      const std::vector<int32_t> prompt = Tokens(len, i, vocab);
+      const engine::SeqId id = next_id++;
+      const absl::Time start = absl::Now();
+      auto out = runner.Prefill({{id, prompt}});
+      const double s = absl::ToDoubleSeconds(absl::Now() - start);
+      if (!out.ok()) {
+        std::cerr << "engine_bench: " << out.status().message() << "\n";
+        return 1;
+      }
+      runner.Release(id);
+      samples.push_back(len / s);
+    }
+    (len == 128 ? r.prefill_128 : r.prefill_512) = Median(samples);
+  }
+
+  // Decode: B sequences with 16-token prompts, then `steps` greedy steps
+  // all in one batch per step.
+  auto decode = [&](int batch, int steps, int salt) -> double {
+    std::vector<engine::SeqId> ids;
+    std::vector<int32_t> next;
+    for (int b = 0; b < batch; ++b) {
+      const engine::SeqId id = next_id++;
+      const std::vector<int32_t> prompt = Tokens(16, salt * 1000 + b, vocab);
+      auto out = runner.Prefill({{id, prompt}});
+      if (!out.ok()) return -1;
+      ids.push_back(id);
+      next.push_back(Argmax((*out)[0].logits.data(), vocab));
+    }
+    std::vector<float> logits;
+    const absl::Time start = absl::Now();
+    for (int s = 0; s < steps; ++s) {
+      if (!runner.Decode(ids, next, &logits).ok()) return -1;
+      for (int b = 0; b < batch; ++b) {
+        next[b] = Argmax(logits.data() + int64_t{b} * vocab, vocab);
+      }
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    for (engine::SeqId id : ids) runner.Release(id);
+    return batch * steps / seconds;
+  };
+  samples.clear();
+  for (int i = 0; i < runs; ++i) samples.push_back(decode(1, 128, i));
+  r.decode_single = Median(samples);
+  for (int batch : {1, 8, 32, 64}) {
+    samples.clear();
+    for (int i = 0; i < runs; ++i) samples.push_back(decode(batch, 32, i));
+    r.batched.push_back({batch, Median(samples)});
+  }
+  if (std::any_of(r.batched.begin(), r.batched.end(),
+                  [](const auto& b) { return b.second < 0; }) ||
+      r.decode_single < 0) {
+    std::cerr << "engine_bench: a decode run failed (KV cache too small?)\n";
+    return 1;
+  }
+
+  std::cout << absl::StrFormat(
+      "model %s (%s), %d threads, median of %d runs\n"
+      "memory read bandwidth      %8.1f GB/s\n"
+      "decode roofline            %8.1f tokens/s (%.1f MB read per token)\n"
+      "prefill, 128-token prompt  %8.1f tokens/s\n"
+      "prefill, 512-token prompt  %8.1f tokens/s\n"
+      "decode, single stream      %8.1f tokens/s (%.2f of the roofline)\n",
+      m.name(), m.quantization(), runner.num_threads(), runs, r.bandwidth_gbps,
+      r.roofline, step_bytes / 1e6, r.prefill_128, r.prefill_512,
+      r.decode_single, r.decode_single / r.roofline);
+  for (const auto& [batch, tps] : r.batched) {
+    std::cout << absl::StrFormat(
+        "decode, batch %-3d          %8.1f tokens/s aggregate (%.1fx batch "
+        "1)\n",
+        batch, tps, tps / r.batched[0].second);
+  }
+  const std::string json_path = absl::GetFlag(FLAGS_json_out);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << absl::StrFormat(
+        "{\"model\": \"%s\", \"quantization\": \"%s\", \"threads\": %d, "
+        "\"runs\": %d, \"bandwidth_gbps\": %.3f, \"decode_roofline_tps\": "
+        "%.3f, \"bytes_per_decode_step\": %.0f, \"prefill_128_tps\": %.3f, "
+        "\"prefill_512_tps\": %.3f, \"decode_single_tps\": %.3f, "
+        "\"decode_roofline_ratio\": %.4f, \"batched_decode_tps\": {",
+        m.name(), m.quantization(), runner.num_threads(), runs,
+        r.bandwidth_gbps, r.roofline, step_bytes, r.prefill_128, r.prefill_512,
+        r.decode_single, r.decode_single / r.roofline);
+    std::vector<std::string> parts;
+    for (const auto& [batch, tps] : r.batched) {
+      parts.push_back(absl::StrFormat("\"%d\": %.3f", batch, tps));
+    }
+    out << absl::StrJoin(parts, ", ") << "}}\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdserve
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return pdserve::Main();
+}
