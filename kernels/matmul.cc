@@ -258,38 +258,16 @@ inline const int8_t* AsI8(const uint8_t* p) {
   return reinterpret_cast<const int8_t*>(p);
 }
 
-// Q4_0 x Q8_0: sumf += sumi * d_w * d_x.
-float DotQ4_0(const uint8_t* w, const uint8_t* a, int64_t n) {
-  float sumf = 0.0f;
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const uint8_t* wb = w + 18 * b;
-    const uint8_t* ab = a + kQ8_0Bytes * b;
-    const uint8_t* qw = wb + 2;
-    const int8_t* qa = AsI8(ab + 2);
-    // sum((q - 8) * y) as sum(q * y) - 8 * sum(y): the same integer, and a
-    // form GCC 12 compiles correctly. With AVX-VNNI / AVX512-VNNI enabled
-    // (-march=native here) it miscompiles the direct form's reduction.
-    int32_t sumi0 = 0, sumi1 = 0, sum_y = 0;
-    for (int j = 0; j < 16; ++j) {
-      sumi0 += (qw[j] & 0x0F) * qa[j];
-      sumi1 += (qw[j] >> 4) * qa[j + 16];
-    }
-    for (int j = 0; j < 32; ++j) sum_y += qa[j];
-    const int32_t sumi = sumi0 + sumi1 - 8 * sum_y;
-    sumf += static_cast<float>(sumi) * LoadF16(wb) * LoadF16(ab);
-  }
-  return sumf;
-}
-
-// Sums for the Q4_1 / Q5_1 x Q8_1 products, in the order of ggml's x86
-// kernels (ggml_vec_dot_q4_1_q8_1 / _q5_1_q8_1, AVX2): eight float lanes,
+// Sums for the Q4_0 / Q8_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 products, in the
+// order of ggml's x86 kernels (ggml_vec_dot_q4_1_q8_1 etc., AVX2): eight
+// float lanes,
 // lane i accumulating (d_w * d_x) * (integer sum of elements 4i..4i+3 of each
 // block) with a fused multiply-add, reduced at the end as hsum_float_8 does
 // ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)), plus the block offsets
-// m_w * s_x summed separately. Any other order differs from llama.cpp in the
-// last bit of most outputs, and those differences flip fp16 / Q8 roundings
-// downstream often enough to change greedy tokens.
-struct Q8_1Lanes {
+// m_w * s_x summed separately (_1 formats). Any other order differs from
+// llama.cpp in the last bit of most outputs, and those differences flip fp16 /
+// Q8 roundings downstream often enough to change greedy tokens.
+struct GgmlLanes {
   float lane[8] = {};
   float summs = 0.0f;
   void Add(float d, const int32_t* sums, float m_s) {
@@ -305,9 +283,34 @@ struct Q8_1Lanes {
   }
 };
 
+// Q4_0 x Q8_0 in ggml's order (lanes, as DotQ8_0).
+float DotQ4_0(const uint8_t* w, const uint8_t* a, int64_t n) {
+  GgmlLanes acc;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + 18 * b;
+    const uint8_t* ab = a + kQ8_0Bytes * b;
+    const uint8_t* qw = wb + 2;
+    const int8_t* qa = AsI8(ab + 2);
+    // Lane sums of (q - 8) * y as sum(q * y) - 8 * sum(y): the same
+    // integers, in a form GCC 12 compiles correctly (with AVX-VNNI /
+    // AVX512-VNNI enabled it miscompiles the direct form's reduction).
+    int32_t qy[8] = {}, ys[8] = {};
+    for (int j = 0; j < 16; ++j) {
+      qy[j / 4] += (qw[j] & 0x0F) * qa[j];
+      qy[4 + j / 4] += (qw[j] >> 4) * qa[j + 16];
+      ys[j / 4] += qa[j];
+      ys[4 + j / 4] += qa[j + 16];
+    }
+    int32_t sums[8];
+    for (int l = 0; l < 8; ++l) sums[l] = qy[l] - 8 * ys[l];
+    acc.Add(LoadF16(wb) * LoadF16(ab), sums, 0.0f);
+  }
+  return acc.Finish();
+}
+
 // Q4_1 x Q8_1: sum of (d_w * d_x) * sumi + m_w * s_x, in ggml's order.
 float DotQ4_1(const uint8_t* w, const uint8_t* a, int64_t n) {
-  Q8_1Lanes acc;
+  GgmlLanes acc;
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 20 * b;
     const uint8_t* ab = a + kQ8_1Bytes * b;
@@ -323,33 +326,35 @@ float DotQ4_1(const uint8_t* w, const uint8_t* a, int64_t n) {
   return acc.Finish();
 }
 
-// Q5_0 x Q8_0: sumf += (d_w * d_x) * sumi.
+// Q5_0 x Q8_0 in ggml's order (lanes, as DotQ8_0).
 float DotQ5_0(const uint8_t* w, const uint8_t* a, int64_t n) {
-  float sumf = 0.0f;
+  GgmlLanes acc;
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 22 * b;
     const uint8_t* ab = a + kQ8_0Bytes * b;
     const uint32_t qh = LoadU32(wb + 2);
     const uint8_t* qw = wb + 6;
     const int8_t* qa = AsI8(ab + 2);
-    // sum((q - 16) * y) as sum(q * y) - 16 * sum(y); see DotQ4_0.
-    int32_t sumi0 = 0, sumi1 = 0, sum_y = 0;
+    // (q - 16) * y as q * y - 16 * y; see DotQ4_0.
+    int32_t qy[8] = {}, ys[8] = {};
     for (int j = 0; j < 16; ++j) {
       const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
       const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-      sumi0 += ((qw[j] & 0x0F) | h0) * qa[j];
-      sumi1 += ((qw[j] >> 4) | h1) * qa[j + 16];
+      qy[j / 4] += ((qw[j] & 0x0F) | h0) * qa[j];
+      qy[4 + j / 4] += ((qw[j] >> 4) | h1) * qa[j + 16];
+      ys[j / 4] += qa[j];
+      ys[4 + j / 4] += qa[j + 16];
     }
-    for (int j = 0; j < 32; ++j) sum_y += qa[j];
-    const int32_t sumi = sumi0 + sumi1 - 16 * sum_y;
-    sumf += (LoadF16(wb) * LoadF16(ab)) * static_cast<float>(sumi);
+    int32_t sums[8];
+    for (int l = 0; l < 8; ++l) sums[l] = qy[l] - 16 * ys[l];
+    acc.Add(LoadF16(wb) * LoadF16(ab), sums, 0.0f);
   }
-  return sumf;
+  return acc.Finish();
 }
 
 // Q5_1 x Q8_1: sum of (d_w * d_x) * sumi + m_w * s_x, in ggml's order.
 float DotQ5_1(const uint8_t* w, const uint8_t* a, int64_t n) {
-  Q8_1Lanes acc;
+  GgmlLanes acc;
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 24 * b;
     const uint8_t* ab = a + kQ8_1Bytes * b;
@@ -368,19 +373,21 @@ float DotQ5_1(const uint8_t* w, const uint8_t* a, int64_t n) {
   return acc.Finish();
 }
 
-// Q8_0 x Q8_0: sumf += sumi * (d_w * d_x).
+// Q8_0 x Q8_0 in ggml's order (its AVX2 kernel): eight float lanes, lane i
+// taking (d_w * d_x) * (sum of products 4i..4i+3) by FMA, block after
+// block, added up as in GgmlLanes.
 float DotQ8_0(const uint8_t* w, const uint8_t* a, int64_t n) {
-  float sumf = 0.0f;
+  GgmlLanes acc;
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 34 * b;
     const uint8_t* ab = a + kQ8_0Bytes * b;
     const int8_t* qw = AsI8(wb + 2);
     const int8_t* qa = AsI8(ab + 2);
-    int32_t sumi = 0;
-    for (int j = 0; j < 32; ++j) sumi += qw[j] * qa[j];
-    sumf += static_cast<float>(sumi) * (LoadF16(wb) * LoadF16(ab));
+    int32_t sums[8] = {};
+    for (int j = 0; j < 32; ++j) sums[j / 4] += qw[j] * qa[j];
+    acc.Add(LoadF16(wb) * LoadF16(ab), sums, 0.0f);
   }
-  return sumf;
+  return acc.Finish();
 }
 
 // The 6-bit scales and mins of the eight sub-blocks of a Q4_K / Q5_K
@@ -526,40 +533,19 @@ float DotQ6_K(const uint8_t* w, const uint8_t* a, int64_t n) {
 
 // ---------------------------------------------------------------------------
 // AVX2 versions of the default model's formats (Q4_1 matrices, Q8_0
-// embeddings/output) and Q4_0. Only the integer sum of each block is
-// vectorized; the float arithmetic is the scalar kernels' expression in the
-// same order, so results are bitwise identical to them (matmul_test checks
-// this against VecDotReference). Chosen at run time when the CPU has AVX2
-// and F16C. The full SIMD work (AVX-512 VNNI, repacking, every format) is
-// the engine-speed issue's.
+// embeddings/output) and Q4_0: eight float lanes in one register, exactly
+// the scalar kernels' (and ggml's) operations in the same order, so results
+// are bitwise identical to them (matmul_test checks this against
+// VecDotReference). Chosen at run time when the CPU has AVX2, F16C and FMA.
+// The full SIMD work (AVX-512 VNNI, repacking, every format) is the
+// engine-speed issue's.
 #if defined(__x86_64__)
 #define PD_AVX2 __attribute__((target("avx2,f16c")))
 #define PD_AVX2_FMA __attribute__((target("avx2,f16c,fma")))
 
-PD_AVX2 inline int32_t HorizontalSum(__m256i v) {
-  __m128i s =
-      _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
-
 PD_AVX2 inline float F16Avx2(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
 
-// The 32 nibbles of a Q4 block as bytes 0..31 in element order (low nibbles
-// are elements 0-15, high nibbles 16-31), times 32 int8 activations, summed.
-PD_AVX2 inline int32_t DotNibblesI8(const uint8_t* qs, const uint8_t* qa) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i nibbles =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
-                       _mm256_set1_epi8(0x0F));
-  const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa));
-  // u8 (<= 15) x s8 pairs fit int16 without saturation.
-  const __m256i pairs = _mm256_maddubs_epi16(nibbles, y);
-  return HorizontalSum(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
-
-// Same order as DotQ4_1 (see Q8_1Lanes), eight lanes in one register.
+// Same order as DotQ4_1 (see GgmlLanes), eight lanes in one register.
 PD_AVX2_FMA float DotQ4_1Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   float summs = 0.0f;
@@ -586,43 +572,65 @@ PD_AVX2_FMA float DotQ4_1Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
   return _mm_cvtss_f32(r) + summs;
 }
 
-PD_AVX2 float DotQ4_0Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
-  float sumf = 0.0f;
+// Same order as DotQ4_0 (ggml's): lane i = (q - 8) . y over elements
+// 4i..4i+3, computed as q . y - 8 * sum(y) (nibbles as unsigned bytes).
+PD_AVX2_FMA float DotQ4_0Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 18 * b;
     const uint8_t* ab = a + kQ8_0Bytes * b;
+    const __m128i packed =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
+    const __m256i q = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
     const __m256i y =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 2));
-    const __m256i y16_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y));
-    const __m256i y16_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(y, 1));
-    const int32_t sum_y = HorizontalSum(_mm256_madd_epi16(
-        _mm256_add_epi16(y16_lo, y16_hi), _mm256_set1_epi16(1)));
-    const int32_t sumi = DotNibblesI8(wb + 2, ab + 2) - 8 * sum_y;
-    sumf += static_cast<float>(sumi) * F16Avx2(wb) * F16Avx2(ab);
+    const __m256i qy = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones16);
+    const __m256i ys =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, y), ones16);
+    const __m256i lanes = _mm256_sub_epi32(qy, _mm256_slli_epi32(ys, 3));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(F16Avx2(wb) * F16Avx2(ab)),
+                          _mm256_cvtepi32_ps(lanes), acc);
   }
-  return sumf;
+  __m128 r =
+      _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
 }
 
-PD_AVX2 float DotQ8_0Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
-  float sumf = 0.0f;
+// Same order as DotQ8_0 (ggml's): int32 lanes of four products each,
+// widened through int16 so that every int8 value, -128 included, is exact.
+PD_AVX2_FMA float DotQ8_0Avx2(const uint8_t* w, const uint8_t* a, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 34 * b;
     const uint8_t* ab = a + kQ8_0Bytes * b;
-    // Widen to int16 first: exact for every int8 value, -128 included.
     const __m256i x =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2));
     const __m256i y =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 2));
+    // Products of elements 0-15 and 16-31 as int32 pairs...
     const __m256i lo =
         _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)),
                           _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y)));
     const __m256i hi =
         _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1)),
                           _mm256_cvtepi8_epi16(_mm256_extracti128_si256(y, 1)));
-    const int32_t sumi = HorizontalSum(_mm256_add_epi32(lo, hi));
-    sumf += static_cast<float>(sumi) * (F16Avx2(wb) * F16Avx2(ab));
+    // ...then neighbouring pairs added: lane i = products 4i..4i+3.
+    const __m256i lanes =
+        _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(F16Avx2(wb) * F16Avx2(ab)),
+                          _mm256_cvtepi32_ps(lanes), acc);
   }
-  return sumf;
+  __m128 r =
+      _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
 }
 
 bool CpuHasAvx2() {
