@@ -136,13 +136,13 @@ TEST(ReferenceTest, TinyModelsMatchLlamaCppLogitsAndGreedyTokens) {
       hi = std::max(hi, c.logits[i]);
       max_diff = std::max(max_diff, std::abs(ours[i] - c.logits[i]));
     }
-    // Q5_K is the exception: llama.cpp's x86 build runs it through its
-    // repacked (interleaved) kernels, which land about 1% of the spread
-    // away from ggml's own reference arithmetic on these random weights,
-    // while our Q5_K decoding equals gguf-py's reference dequantizer bit for
-    // bit and our dot products equal ggml's generic ones. The greedy tokens
-    // below must still agree.
-    const float tolerance = c.model == "preset llama-q5_k" ? 2e-2f : 2e-3f;
+    // The exception: llama.cpp runs this model's Q4_K matrices through its
+    // repacked (CPU_REPACK, interleaved 8x8) kernels, which sum in another
+    // order; with repacking off (use_extra_bufts = false) llama.cpp's own
+    // logits move from its default ones by about as much. Our K-quant dot
+    // products equal ggml_vec_dot_*_q8_K bit for bit
+    // (tools/check_ggml_dots.py). Greedy tokens below must still agree.
+    const float tolerance = c.model == "preset qwen2-q4_k" ? 1e-2f : 2e-3f;
     EXPECT_LT(max_diff, tolerance * (hi - lo)) << "spread " << hi - lo;
     std::printf("%-22s max |logit - llama.cpp| = %.3g (%.2g of the spread)\n",
                 c.name.c_str(), max_diff, max_diff / (hi - lo));

@@ -404,53 +404,37 @@ inline void UnpackScalesMinsK4(const uint8_t* s, int32_t* sc, int32_t* mn) {
 // Float tail shared by the K-quant kernels, in ggml's order: per super-block
 // sums[l] += (d_w * d_x) * lane[l], then sumf -= (dmin_w * d_x) * min_sum;
 // after the last super-block sumf += sums[0], ..., sums[7].
-struct KAccumulator {
-  float sums[8] = {};
-  float sumf = 0.0f;
-  void AddScaled(float d, const int32_t* lane) {
-    for (int l = 0; l < 8; ++l) sums[l] += d * static_cast<float>(lane[l]);
-  }
-  float Finish() {
-    for (int l = 0; l < 8; ++l) sumf += sums[l];
-    return sumf;
-  }
-};
-
-// The K-quant kernels unpack a super-block's quants to 256 int8 values in
-// element order and take integer sums per lane (element % 8) and sub-block,
-// as ggml's generic loops do; the lane totals are what the float lanes see.
-
-// lane[k] += sum over sub-blocks s of scale[s] * sum of the products of
-// elements k, k + 8, ... of sub-block s (kSub elements long).
+// The K-quant kernels unpack a super-block's quants to 256 values in
+// element order and follow ggml's x86 (AVX2) kernels: integer lane sums
+// (lane i takes elements 4i..4i+3 of every 32-element chunk, each product
+// times its sub-block's scale; exact, so their order does not matter), then
+// per super-block one fused multiply-add of d into eight float lanes, added
+// up as hsum_float_8 does at the end (GgmlLanes).
 template <int kSub>
-inline void AddLaneSums(const int8_t* q, const int8_t* y, const int32_t* scale,
-                        int32_t* lane) {
-  for (int s = 0; s < 256 / kSub; ++s) {
-    // |q| <= 32 and |y| <= 128: the products fit in int16.
-    int16_t prod[kSub];
-    for (int e = 0; e < kSub; ++e) {
-      prod[e] = static_cast<int16_t>(q[kSub * s + e] * y[kSub * s + e]);
-    }
-    int32_t part[8] = {};
-    for (int g = 0; g < kSub / 8; ++g) {
-      for (int k = 0; k < 8; ++k) part[k] += prod[8 * g + k];
-    }
-    for (int k = 0; k < 8; ++k) lane[k] += scale[s] * part[k];
+inline void AddX86LaneSums(const int8_t* q, const int8_t* y,
+                           const int32_t* scale, int32_t* lane) {
+  for (int e = 0; e < 256; ++e) {
+    lane[(e & 31) >> 2] += scale[e / kSub] * (q[e] * y[e]);
   }
 }
 
-// sum over the 16 groups of 16 of bsums[g] * mins[g / 2].
-inline int32_t MinSum(const uint8_t* ab, const int32_t* mn) {
+// The Q4_K / Q5_K min terms as ggml's AVX2 kernels pair them: prod[i] =
+// mn[2i] * s[2i] + mn[2i+1] * s[2i+1], s[k] the sum of the 32 activations
+// of sub-block k (two bsums).
+inline void MinProducts(const uint8_t* ab, const int32_t* mn, int32_t* prod) {
   int16_t bsums[16];
   std::memcpy(bsums, ab + kQ8_KBsums, sizeof(bsums));
-  int32_t sum = 0;
-  for (int g = 0; g < 16; ++g) sum += bsums[g] * mn[g / 2];
-  return sum;
+  for (int i = 0; i < 4; ++i) {
+    const int32_t s0 = bsums[4 * i] + bsums[4 * i + 1];
+    const int32_t s1 = bsums[4 * i + 2] + bsums[4 * i + 3];
+    prod[i] = mn[2 * i] * s0 + mn[2 * i + 1] * s1;
+  }
 }
 
-// Q4_K x Q8_K.
+// Q4_K x Q8_K; the min terms go to four lanes of their own (ggml's acc_m).
 float DotQ4_K(const uint8_t* w, const uint8_t* a, int64_t n) {
-  KAccumulator acc;
+  GgmlLanes acc;
+  float acc_m[4] = {};
   for (int64_t b = 0; b < n / 256; ++b) {
     const uint8_t* wb = w + 144 * b;
     const uint8_t* ab = a + kQ8_KBytes * b;
@@ -464,18 +448,23 @@ float DotQ4_K(const uint8_t* w, const uint8_t* a, int64_t n) {
         q[64 * c + 32 + l] = static_cast<int8_t>(qs[32 * c + l] >> 4);
       }
     }
-    int32_t lane[8] = {};
-    AddLaneSums<32>(q, AsI8(ab + kQ8_KQs), sc, lane);
     const float d_x = LoadF32(ab);
-    acc.AddScaled(LoadF16(wb) * d_x, lane);
-    acc.sumf -= (LoadF16(wb + 2) * d_x) * static_cast<float>(MinSum(ab, mn));
+    int32_t prod[4];
+    MinProducts(ab, mn, prod);
+    const float dmin = -(d_x * LoadF16(wb + 2));
+    for (int i = 0; i < 4; ++i) {
+      acc_m[i] = std::fma(dmin, static_cast<float>(prod[i]), acc_m[i]);
+    }
+    int32_t lane[8] = {};
+    AddX86LaneSums<32>(q, AsI8(ab + kQ8_KQs), sc, lane);
+    acc.Add(d_x * LoadF16(wb), lane, 0.0f);
   }
-  return acc.Finish();
+  return acc.Finish() + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]));
 }
 
-// Q5_K x Q8_K.
+// Q5_K x Q8_K; the min terms are summed in one float (ggml's summs).
 float DotQ5_K(const uint8_t* w, const uint8_t* a, int64_t n) {
-  KAccumulator acc;
+  GgmlLanes acc;
   for (int64_t b = 0; b < n / 256; ++b) {
     const uint8_t* wb = w + 176 * b;
     const uint8_t* ab = a + kQ8_KBytes * b;
@@ -492,41 +481,55 @@ float DotQ5_K(const uint8_t* w, const uint8_t* a, int64_t n) {
             (qs[32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4));
       }
     }
-    int32_t lane[8] = {};
-    AddLaneSums<32>(q, AsI8(ab + kQ8_KQs), sc, lane);
     const float d_x = LoadF32(ab);
-    acc.AddScaled(LoadF16(wb) * d_x, lane);
-    acc.sumf -= (LoadF16(wb + 2) * d_x) * static_cast<float>(MinSum(ab, mn));
+    int32_t prod[4];
+    MinProducts(ab, mn, prod);
+    const float dmin = -(d_x * LoadF16(wb + 2));
+    const int32_t prod_total = (prod[0] + prod[1]) + (prod[2] + prod[3]);
+    int32_t lane[8] = {};
+    AddX86LaneSums<32>(q, AsI8(ab + kQ8_KQs), sc, lane);
+    acc.Add(d_x * LoadF16(wb), lane, 0.0f);
+    // ggml's build fuses summs += dmin * prod into one FMA.
+    acc.summs = std::fma(dmin, static_cast<float>(prod_total), acc.summs);
   }
   return acc.Finish();
 }
 
 // Q6_K x Q8_K.
 float DotQ6_K(const uint8_t* w, const uint8_t* a, int64_t n) {
-  KAccumulator acc;
+  GgmlLanes acc;
   for (int64_t b = 0; b < n / 256; ++b) {
     const uint8_t* wb = w + 210 * b;
     const uint8_t* ab = a + kQ8_KBytes * b;
+    // The 6-bit quants without their -32 offset: ggml's AVX2 kernel takes
+    // the offset out afterwards through the block sums, and which lane a
+    // term lands in depends on that.
     int8_t q[256];
     for (int h = 0; h < 2; ++h) {  // 128 elements from 64 ql and 32 qh bytes
       const uint8_t* ql = wb + 64 * h;
       const uint8_t* qh = wb + 128 + 32 * h;
       int8_t* o = q + 128 * h;
       for (int l = 0; l < 32; ++l) {
-        o[l] = static_cast<int8_t>(((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32);
-        o[l + 32] = static_cast<int8_t>(
-            ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
-        o[l + 64] = static_cast<int8_t>(
-            ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-        o[l + 96] = static_cast<int8_t>(
-            ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        o[l] = static_cast<int8_t>((ql[l] & 0x0F) | ((qh[l] & 3) << 4));
+        o[l + 32] = static_cast<int8_t>((ql[l + 32] & 0x0F) |
+                                        (((qh[l] >> 2) & 3) << 4));
+        o[l + 64] =
+            static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+        o[l + 96] =
+            static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
       }
     }
     int32_t sc[16];
     for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(wb[192 + j]);
     int32_t lane[8] = {};
-    AddLaneSums<16>(q, AsI8(ab + kQ8_KQs), sc, lane);
-    acc.AddScaled(LoadF16(wb + 208) * LoadF32(ab), lane);
+    AddX86LaneSums<16>(q, AsI8(ab + kQ8_KQs), sc, lane);
+    int16_t bsums[16];
+    std::memcpy(bsums, ab + kQ8_KBsums, sizeof(bsums));
+    for (int k = 0; k < 8; ++k) {
+      lane[k] -=
+          32 * (bsums[2 * k] * sc[2 * k] + bsums[2 * k + 1] * sc[2 * k + 1]);
+    }
+    acc.Add(LoadF32(ab) * LoadF16(wb + 208), lane, 0.0f);
   }
   return acc.Finish();
 }

@@ -2,7 +2,7 @@
 """Checks that kernels/matmul.cc computes exactly what llama.cpp's CPU
 library does for the quantized dot products of the block formats whose
 order matters (Q4_0, Q5_0, Q8_0 against Q8_0 activations; Q4_1, Q5_1
-against Q8_1): the activation bytes of both quantizers and every dot
+against Q8_1; Q4_K, Q5_K, Q6_K against Q8_K): the activation bytes of both quantizers and every dot
 product must be bitwise equal on random rows.
 
 It compiles kernels/matmul.cc (with quant.cc) into a small shared library
@@ -43,7 +43,12 @@ FORMATS = [
     ("q8_0", 8, 34, 8, 34, "ggml_vec_dot_q8_0_q8_0", False),
     ("q4_1", 3, 20, 9, 36, "ggml_vec_dot_q4_1_q8_1", True),
     ("q5_1", 7, 24, 9, 36, "ggml_vec_dot_q5_1_q8_1", True),
+    ("q4_K", 12, 144, 15, 292, "ggml_vec_dot_q4_K_q8_K", False),
+    ("q5_K", 13, 176, 15, 292, "ggml_vec_dot_q5_K_q8_K", False),
+    ("q6_K", 14, 210, 15, 292, "ggml_vec_dot_q6_K_q8_K", False),
 ]
+# Elements per block of each format (K-quants: 256-element super-blocks).
+BLOCK = {"q4_K": 256, "q5_K": 256, "q6_K": 256}
 
 
 def build_ours(tmp):
@@ -71,17 +76,23 @@ def main():
         failures = 0
         for name, wtype, wbytes, atype, abytes, fn, has_min in FORMATS:
             dot = getattr(ggml, fn)
-            quantize = (ggml.quantize_row_q8_1 if atype == 9
-                        else ggml.quantize_row_q8_0)
+            quantize = {8: ggml.quantize_row_q8_0, 9: ggml.quantize_row_q8_1,
+                        15: ggml.quantize_row_q8_K}[atype]
+            qk = BLOCK.get(name, 32)
             act_bad = dot_bad = 0
             for _ in range(2000):
-                nb = int(rng.integers(1, 25))
-                n = nb * 32
+                nb = int(rng.integers(1, 25 if qk == 32 else 7))
+                n = nb * qk
                 w = rng.integers(0, 256, nb * wbytes, dtype=np.uint8)
                 for b in range(nb):
                     d = np.float16(rng.uniform(0.0005, 0.05))
-                    w[b * wbytes:b * wbytes + 2] = np.frombuffer(
-                        d.tobytes(), np.uint8)
+                    # Q6_K keeps its scale last; the others first.
+                    at = b * wbytes + (208 if name == "q6_K" else 0)
+                    w[at:at + 2] = np.frombuffer(d.tobytes(), np.uint8)
+                    if name in ("q4_K", "q5_K"):  # dmin: a sane scale too
+                        dmin = np.float16(rng.uniform(0.0005, 0.05))
+                        w[at + 2:at + 4] = np.frombuffer(dmin.tobytes(),
+                                                         np.uint8)
                     if has_min:
                         m = np.float16(-7.5 * float(d))
                         w[b * wbytes + 2:b * wbytes + 4] = np.frombuffer(
