@@ -5,6 +5,9 @@
 #   3. bazel test //... (targets tagged "gpu" are left out: they run with
 #      `bazel test --config=gpu //...` on a GPU machine);
 #   4. the same tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   5. the kernel tests once more as the serving binaries are built
+#      (--config=opt, -march=native): compilers vectorize differently there,
+#      and the kernels must still equal their scalar references bit for bit;
 # then prints one line "N passed, N failed, N skipped" counting test cases
 # (GoogleTest cases from each target's XML, plus the format check).
 # Exits non-zero when anything failed.
@@ -29,10 +32,10 @@ else
   echo "format_check failed" >"$results/extra"
 fi
 
-run_bazel_tests() {  # $1 = label for the summary, rest = extra bazel flags
-  local label=$1; shift
-  step "bazel test //... $*"
-  bazel test //... --keep_going --build_event_json_file="$results/$label.bep" "$@"
+run_bazel_tests() {  # $1 = label, $2 = target pattern, rest = bazel flags
+  local label=$1 pattern=$2; shift 2
+  step "bazel test $pattern $*"
+  bazel test "$pattern" --keep_going --build_event_json_file="$results/$label.bep" "$@"
   local rc=$?
   # 0: all passed; 3: some tests failed; 4: no tests. Anything else means the
   # build itself broke, which counts as a failure of its own.
@@ -41,8 +44,9 @@ run_bazel_tests() {  # $1 = label for the summary, rest = extra bazel flags
   fi
 }
 
-run_bazel_tests default
-run_bazel_tests asan --config=asan
+run_bazel_tests default //...
+run_bazel_tests asan //... --config=asan
+run_bazel_tests opt //kernels/... --config=opt
 
 step "Summary ($(( $(date +%s) - start ))s)"
 python3 scripts/count_tests.py "$results"
