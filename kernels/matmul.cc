@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/block_unpack.h"
 #include "kernels/quant.h"
 #include "model/gguf_types.h"
 
@@ -283,26 +284,31 @@ struct GgmlLanes {
   }
 };
 
+// Lane sums of (q - offset) * y over one 32-element block, lane i taking
+// elements 4i..4i+3 (the integers ggml's x86 kernels convert to float).
+// Computed as q * y - offset * y: the same integers, in a form GCC 12
+// compiles correctly (with AVX-VNNI / AVX512-VNNI enabled it miscompiles
+// the reduction of the direct form).
+inline void BlockLaneSums(const uint8_t* q, const int8_t* y, int offset,
+                          int32_t* sums) {
+  int32_t qy[8] = {}, ys[8] = {};
+  for (int j = 0; j < 32; ++j) {
+    qy[j / 4] += q[j] * y[j];
+    ys[j / 4] += y[j];
+  }
+  for (int l = 0; l < 8; ++l) sums[l] = qy[l] - offset * ys[l];
+}
+
 // Q4_0 x Q8_0 in ggml's order (lanes, as DotQ8_0).
 float DotQ4_0(const uint8_t* w, const uint8_t* a, int64_t n) {
   GgmlLanes acc;
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 18 * b;
     const uint8_t* ab = a + kQ8_0Bytes * b;
-    const uint8_t* qw = wb + 2;
-    const int8_t* qa = AsI8(ab + 2);
-    // Lane sums of (q - 8) * y as sum(q * y) - 8 * sum(y): the same
-    // integers, in a form GCC 12 compiles correctly (with AVX-VNNI /
-    // AVX512-VNNI enabled it miscompiles the direct form's reduction).
-    int32_t qy[8] = {}, ys[8] = {};
-    for (int j = 0; j < 16; ++j) {
-      qy[j / 4] += (qw[j] & 0x0F) * qa[j];
-      qy[4 + j / 4] += (qw[j] >> 4) * qa[j + 16];
-      ys[j / 4] += qa[j];
-      ys[4 + j / 4] += qa[j + 16];
-    }
+    uint8_t q[32];
+    internal::UnpackQ4(wb + 2, q);
     int32_t sums[8];
-    for (int l = 0; l < 8; ++l) sums[l] = qy[l] - 8 * ys[l];
+    BlockLaneSums(q, AsI8(ab + 2), 8, sums);
     acc.Add(LoadF16(wb) * LoadF16(ab), sums, 0.0f);
   }
   return acc.Finish();
@@ -314,13 +320,10 @@ float DotQ4_1(const uint8_t* w, const uint8_t* a, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 20 * b;
     const uint8_t* ab = a + kQ8_1Bytes * b;
-    const uint8_t* qw = wb + 4;
-    const int8_t* qa = AsI8(ab + 4);
-    int32_t sums[8] = {};
-    for (int j = 0; j < 16; ++j) {
-      sums[j / 4] += (qw[j] & 0x0F) * qa[j];
-      sums[4 + j / 4] += (qw[j] >> 4) * qa[j + 16];
-    }
+    uint8_t q[32];
+    internal::UnpackQ4(wb + 4, q);
+    int32_t sums[8];
+    BlockLaneSums(q, AsI8(ab + 4), 0, sums);
     acc.Add(LoadF16(wb) * LoadF16(ab), sums, LoadF16(wb + 2) * LoadF16(ab + 2));
   }
   return acc.Finish();
@@ -332,21 +335,10 @@ float DotQ5_0(const uint8_t* w, const uint8_t* a, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 22 * b;
     const uint8_t* ab = a + kQ8_0Bytes * b;
-    const uint32_t qh = LoadU32(wb + 2);
-    const uint8_t* qw = wb + 6;
-    const int8_t* qa = AsI8(ab + 2);
-    // (q - 16) * y as q * y - 16 * y; see DotQ4_0.
-    int32_t qy[8] = {}, ys[8] = {};
-    for (int j = 0; j < 16; ++j) {
-      const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
-      const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-      qy[j / 4] += ((qw[j] & 0x0F) | h0) * qa[j];
-      qy[4 + j / 4] += ((qw[j] >> 4) | h1) * qa[j + 16];
-      ys[j / 4] += qa[j];
-      ys[4 + j / 4] += qa[j + 16];
-    }
+    uint8_t q[32];
+    internal::UnpackQ5(LoadU32(wb + 2), wb + 6, q);
     int32_t sums[8];
-    for (int l = 0; l < 8; ++l) sums[l] = qy[l] - 16 * ys[l];
+    BlockLaneSums(q, AsI8(ab + 2), 16, sums);
     acc.Add(LoadF16(wb) * LoadF16(ab), sums, 0.0f);
   }
   return acc.Finish();
@@ -358,16 +350,10 @@ float DotQ5_1(const uint8_t* w, const uint8_t* a, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const uint8_t* wb = w + 24 * b;
     const uint8_t* ab = a + kQ8_1Bytes * b;
-    const uint32_t qh = LoadU32(wb + 4);
-    const uint8_t* qw = wb + 8;
-    const int8_t* qa = AsI8(ab + 4);
-    int32_t sums[8] = {};
-    for (int j = 0; j < 16; ++j) {
-      const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
-      const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-      sums[j / 4] += ((qw[j] & 0x0F) | h0) * qa[j];
-      sums[4 + j / 4] += ((qw[j] >> 4) | h1) * qa[j + 16];
-    }
+    uint8_t q[32];
+    internal::UnpackQ5(LoadU32(wb + 4), wb + 8, q);
+    int32_t sums[8];
+    BlockLaneSums(q, AsI8(ab + 4), 0, sums);
     acc.Add(LoadF16(wb) * LoadF16(ab), sums, LoadF16(wb + 2) * LoadF16(ab + 2));
   }
   return acc.Finish();
@@ -390,20 +376,6 @@ float DotQ8_0(const uint8_t* w, const uint8_t* a, int64_t n) {
   return acc.Finish();
 }
 
-// The 6-bit scales and mins of the eight sub-blocks of a Q4_K / Q5_K
-// super-block, packed in 12 bytes (ggml's get_scale_min_k4 for j = 0..7).
-inline void UnpackScalesMinsK4(const uint8_t* s, int32_t* sc, int32_t* mn) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 63;
-    mn[j] = s[j + 4] & 63;
-    sc[j + 4] = (s[j + 8] & 0x0F) | ((s[j] >> 6) << 4);
-    mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-  }
-}
-
-// Float tail shared by the K-quant kernels, in ggml's order: per super-block
-// sums[l] += (d_w * d_x) * lane[l], then sumf -= (dmin_w * d_x) * min_sum;
-// after the last super-block sumf += sums[0], ..., sums[7].
 // The K-quant kernels unpack a super-block's quants to 256 values in
 // element order and follow ggml's x86 (AVX2) kernels: integer lane sums
 // (lane i takes elements 4i..4i+3 of every 32-element chunk, each product
@@ -411,7 +383,7 @@ inline void UnpackScalesMinsK4(const uint8_t* s, int32_t* sc, int32_t* mn) {
 // per super-block one fused multiply-add of d into eight float lanes, added
 // up as hsum_float_8 does at the end (GgmlLanes).
 template <int kSub>
-inline void AddX86LaneSums(const int8_t* q, const int8_t* y,
+inline void AddX86LaneSums(const uint8_t* q, const int8_t* y,
                            const int32_t* scale, int32_t* lane) {
   for (int e = 0; e < 256; ++e) {
     lane[(e & 31) >> 2] += scale[e / kSub] * (q[e] * y[e]);
@@ -439,15 +411,9 @@ float DotQ4_K(const uint8_t* w, const uint8_t* a, int64_t n) {
     const uint8_t* wb = w + 144 * b;
     const uint8_t* ab = a + kQ8_KBytes * b;
     int32_t sc[8], mn[8];
-    UnpackScalesMinsK4(wb + 4, sc, mn);
-    const uint8_t* qs = wb + 16;
-    int8_t q[256];
-    for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles, 32 high
-      for (int l = 0; l < 32; ++l) {
-        q[64 * c + l] = static_cast<int8_t>(qs[32 * c + l] & 0x0F);
-        q[64 * c + 32 + l] = static_cast<int8_t>(qs[32 * c + l] >> 4);
-      }
-    }
+    internal::UnpackScalesMinsK4(wb + 4, sc, mn);
+    uint8_t q[256];
+    internal::UnpackQ4_K(wb + 16, q);
     const float d_x = LoadF32(ab);
     int32_t prod[4];
     MinProducts(ab, mn, prod);
@@ -469,18 +435,9 @@ float DotQ5_K(const uint8_t* w, const uint8_t* a, int64_t n) {
     const uint8_t* wb = w + 176 * b;
     const uint8_t* ab = a + kQ8_KBytes * b;
     int32_t sc[8], mn[8];
-    UnpackScalesMinsK4(wb + 4, sc, mn);
-    const uint8_t* qh = wb + 16;
-    const uint8_t* qs = wb + 48;
-    int8_t q[256];
-    for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c and 2c+1
-      for (int l = 0; l < 32; ++l) {
-        q[64 * c + l] = static_cast<int8_t>((qs[32 * c + l] & 0x0F) |
-                                            (((qh[l] >> (2 * c)) & 1) << 4));
-        q[64 * c + 32 + l] = static_cast<int8_t>(
-            (qs[32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4));
-      }
-    }
+    internal::UnpackScalesMinsK4(wb + 4, sc, mn);
+    uint8_t q[256];
+    internal::UnpackQ5_K(wb + 16, wb + 48, q);
     const float d_x = LoadF32(ab);
     int32_t prod[4];
     MinProducts(ab, mn, prod);
@@ -504,21 +461,8 @@ float DotQ6_K(const uint8_t* w, const uint8_t* a, int64_t n) {
     // The 6-bit quants without their -32 offset: ggml's AVX2 kernel takes
     // the offset out afterwards through the block sums, and which lane a
     // term lands in depends on that.
-    int8_t q[256];
-    for (int h = 0; h < 2; ++h) {  // 128 elements from 64 ql and 32 qh bytes
-      const uint8_t* ql = wb + 64 * h;
-      const uint8_t* qh = wb + 128 + 32 * h;
-      int8_t* o = q + 128 * h;
-      for (int l = 0; l < 32; ++l) {
-        o[l] = static_cast<int8_t>((ql[l] & 0x0F) | ((qh[l] & 3) << 4));
-        o[l + 32] = static_cast<int8_t>((ql[l + 32] & 0x0F) |
-                                        (((qh[l] >> 2) & 3) << 4));
-        o[l + 64] =
-            static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-        o[l + 96] =
-            static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-      }
-    }
+    uint8_t q[256];
+    internal::UnpackQ6_K(wb, wb + 128, q);
     int32_t sc[16];
     for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(wb[192 + j]);
     int32_t lane[8] = {};

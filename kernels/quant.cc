@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/block_unpack.h"
 #include "model/gguf_types.h"
 
 namespace pdserve::kernels {
@@ -81,11 +82,9 @@ struct Q4_0Codec {
   static constexpr int kBytes = 18;
   static void Decode(const uint8_t* src, float* y) {
     const float d = LoadF16(src);
-    const uint8_t* qs = src + 2;
-    for (int j = 0; j < 16; ++j) {
-      y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
-      y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
-    }
+    uint8_t q[32];
+    internal::UnpackQ4(src + 2, q);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j] - 8) * d;
   }
 };
 
@@ -95,11 +94,9 @@ struct Q4_1Codec {
   static void Decode(const uint8_t* src, float* y) {
     const float d = LoadF16(src);
     const float m = LoadF16(src + 2);
-    const uint8_t* qs = src + 4;
-    for (int j = 0; j < 16; ++j) {
-      y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
-      y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
-    }
+    uint8_t q[32];
+    internal::UnpackQ4(src + 4, q);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j]) * d + m;
   }
 };
 
@@ -108,14 +105,9 @@ struct Q5_0Codec {
   static constexpr int kBytes = 22;
   static void Decode(const uint8_t* src, float* y) {
     const float d = LoadF16(src);
-    const uint32_t qh = LoadU32(src + 2);
-    const uint8_t* qs = src + 6;
-    for (int j = 0; j < 16; ++j) {
-      const int h0 = static_cast<int>((qh >> j) << 4) & 0x10;
-      const int h1 = static_cast<int>(qh >> (j + 12)) & 0x10;
-      y[j] = static_cast<float>(((qs[j] & 0x0F) | h0) - 16) * d;
-      y[j + 16] = static_cast<float>(((qs[j] >> 4) | h1) - 16) * d;
-    }
+    uint8_t q[32];
+    internal::UnpackQ5(LoadU32(src + 2), src + 6, q);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j] - 16) * d;
   }
 };
 
@@ -125,64 +117,35 @@ struct Q5_1Codec {
   static void Decode(const uint8_t* src, float* y) {
     const float d = LoadF16(src);
     const float m = LoadF16(src + 2);
-    const uint32_t qh = LoadU32(src + 4);
-    const uint8_t* qs = src + 8;
-    for (int j = 0; j < 16; ++j) {
-      const int h0 = static_cast<int>((qh >> j) << 4) & 0x10;
-      const int h1 = static_cast<int>(qh >> (j + 12)) & 0x10;
-      y[j] = static_cast<float>((qs[j] & 0x0F) | h0) * d + m;
-      y[j + 16] = static_cast<float>((qs[j] >> 4) | h1) * d + m;
+    uint8_t q[32];
+    internal::UnpackQ5(LoadU32(src + 4), src + 8, q);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j]) * d + m;
+  }
+};
+
+// Q4_K / Q5_K: element e of sub-block s = e / 32 is
+// (d * sc[s]) * q[e] - dmin * mn[s].
+inline void DecodeK4(const uint8_t* src, const uint8_t* q, float* y) {
+  const float d = LoadF16(src);
+  const float dmin = LoadF16(src + 2);
+  int32_t sc[8], mn[8];
+  internal::UnpackScalesMinsK4(src + 4, sc, mn);
+  for (int s = 0; s < 8; ++s) {
+    const float ds = d * static_cast<float>(sc[s]);
+    const float ms = dmin * static_cast<float>(mn[s]);
+    for (int l = 0; l < 32; ++l) {
+      y[32 * s + l] = ds * static_cast<float>(q[32 * s + l]) - ms;
     }
   }
-};
-
-// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7)
-// packed in the 12 `scales` bytes of a Q4_K / Q5_K super-block.
-inline void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
-// Scales and mins of sub-blocks 2j and 2j+1 of a Q4_K / Q5_K super-block
-// (super-block scale d, super-block min scale dmin).
-struct KSubBlockPair {
-  float d1, m1, d2, m2;
-};
-inline KSubBlockPair KSubBlockScales(float d, float dmin, const uint8_t* scales,
-                                     int j) {
-  int sc, m;
-  KSubBlockPair pair;
-  ScaleMinK4(2 * j, scales, &sc, &m);
-  pair.d1 = d * static_cast<float>(sc);
-  pair.m1 = dmin * static_cast<float>(m);
-  ScaleMinK4(2 * j + 1, scales, &sc, &m);
-  pair.d2 = d * static_cast<float>(sc);
-  pair.m2 = dmin * static_cast<float>(m);
-  return pair;
 }
 
 struct Q4_KCodec {
   static constexpr int kBlock = 256;
   static constexpr int kBytes = 144;
   static void Decode(const uint8_t* src, float* y) {
-    const float d = LoadF16(src);
-    const float dmin = LoadF16(src + 2);
-    const uint8_t* scales = src + 4;
-    const uint8_t* q = src + 16;
-    for (int j = 0; j < 4; ++j) {  // 64 elements per step
-      const auto [d1, m1, d2, m2] = KSubBlockScales(d, dmin, scales, j);
-      float* out = y + 64 * j;
-      for (int l = 0; l < 32; ++l) {
-        out[l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
-        out[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
-      }
-      q += 32;
-    }
+    uint8_t q[256];
+    internal::UnpackQ4_K(src + 16, q);
+    DecodeK4(src, q, y);
   }
 };
 
@@ -190,24 +153,9 @@ struct Q5_KCodec {
   static constexpr int kBlock = 256;
   static constexpr int kBytes = 176;
   static void Decode(const uint8_t* src, float* y) {
-    const float d = LoadF16(src);
-    const float dmin = LoadF16(src + 2);
-    const uint8_t* scales = src + 4;
-    const uint8_t* qh = src + 16;
-    const uint8_t* ql = src + 48;
-    for (int j = 0; j < 4; ++j) {  // 64 elements per step
-      const auto [d1, m1, d2, m2] = KSubBlockScales(d, dmin, scales, j);
-      const int b1 = 2 * j;  // qh bit of the first 32, then of the second
-      const int b2 = 2 * j + 1;
-      float* out = y + 64 * j;
-      for (int l = 0; l < 32; ++l) {
-        const int q1 = (ql[l] & 0x0F) | (((qh[l] >> b1) & 1) << 4);
-        const int q2 = (ql[l] >> 4) | (((qh[l] >> b2) & 1) << 4);
-        out[l] = d1 * static_cast<float>(q1) - m1;
-        out[l + 32] = d2 * static_cast<float>(q2) - m2;
-      }
-      ql += 32;
-    }
+    uint8_t q[256];
+    internal::UnpackQ5_K(src + 16, src + 48, q);
+    DecodeK4(src, q, y);
   }
 };
 
@@ -215,30 +163,13 @@ struct Q6_KCodec {
   static constexpr int kBlock = 256;
   static constexpr int kBytes = 210;
   static void Decode(const uint8_t* src, float* y) {
-    const uint8_t* ql = src;
-    const uint8_t* qh = src + 128;
-    const uint8_t* sc = src + 192;  // int8 scales[16]
     const float d = LoadF16(src + 208);
-    for (int n = 0; n < 2; ++n) {  // 128 elements per step
-      float* out = y + 128 * n;
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        out[l] = d * static_cast<float>(static_cast<int8_t>(sc[is + 0])) *
-                 static_cast<float>(q1);
-        out[l + 32] = d * static_cast<float>(static_cast<int8_t>(sc[is + 2])) *
-                      static_cast<float>(q2);
-        out[l + 64] = d * static_cast<float>(static_cast<int8_t>(sc[is + 4])) *
-                      static_cast<float>(q3);
-        out[l + 96] = d * static_cast<float>(static_cast<int8_t>(sc[is + 6])) *
-                      static_cast<float>(q4);
-      }
-      ql += 64;
-      qh += 32;
-      sc += 8;
+    const uint8_t* sc = src + 192;  // int8 scales[16], one per 16 elements
+    uint8_t q[256];
+    internal::UnpackQ6_K(src, src + 128, q);
+    for (int e = 0; e < 256; ++e) {
+      y[e] = d * static_cast<float>(static_cast<int8_t>(sc[e / 16])) *
+             static_cast<float>(q[e] - 32);
     }
   }
 };
