@@ -78,10 +78,6 @@ std::vector<ReferenceCase> LoadCases() {
   return cases;
 }
 
-struct Generated {
-  std::vector<int32_t> ids;
-};
-
 // Greedy generation of every request together in one engine.
 std::vector<std::vector<int32_t>> GreedyAll(
     const model::Model& m, const std::vector<const ReferenceCase*>& cases) {
@@ -153,13 +149,25 @@ TEST(ReferenceTest, TinyModelsMatchLlamaCppLogitsAndGreedyTokens) {
   EXPECT_GE(tiny, 10) << "reference file has too few tiny-model cases";
 }
 
+// The default model, opened once for the tests that use it; null when
+// PDSERVE_DEFAULT_MODEL is unset (a set but unopenable path fails).
+const model::Model* DefaultModel() {
+  static const model::Model* const kModel = []() -> const model::Model* {
+    const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
+    if (path == nullptr || *path == '\0') return nullptr;
+    auto m = model::Model::Open(path);
+    if (!m.ok()) {
+      ADD_FAILURE() << m.status();
+      return nullptr;
+    }
+    return m->release();
+  }();
+  return kModel;
+}
+
 TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
-  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-  if (path == nullptr || *path == '\0') {
-    GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
-  }
-  auto m = model::Model::Open(path);
-  ASSERT_TRUE(m.ok()) << m.status();
+  const model::Model* m = DefaultModel();
+  if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
   std::vector<ReferenceCase> all = LoadCases();
   std::vector<const ReferenceCase*> cases;
   for (const ReferenceCase& c : all) {
@@ -169,10 +177,10 @@ TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
   for (const ReferenceCase* c : cases) {
     SCOPED_TRACE(c->name);
     if (!c->prompt_text.empty()) {
-      EXPECT_EQ((*m)->EncodePrompt(c->prompt_text), c->prompt_ids);
+      EXPECT_EQ(m->EncodePrompt(c->prompt_text), c->prompt_ids);
     }
     if (!c->chat_user.empty()) {
-      auto ids = (*m)->EncodeChat({{"user", c->chat_user}});
+      auto ids = m->EncodeChat({{"user", c->chat_user}});
       ASSERT_TRUE(ids.ok()) << ids.status();
       EXPECT_EQ(*ids, c->prompt_ids);
     }
@@ -183,7 +191,7 @@ TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
   // logits within 0.1 of each other at some step of most prompts), so any
   // difference in rounding shows up here. On failure the message gives
   // llama.cpp's margin at the first differing token.
-  auto greedy = GreedyAll(**m, cases);
+  auto greedy = GreedyAll(*m, cases);
   int identical = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const ReferenceCase& c = *cases[i];
@@ -211,18 +219,14 @@ TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
 }
 
 TEST(ReferenceTest, DefaultModelKnowsTheCapitalOfFrance) {
-  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-  if (path == nullptr || *path == '\0') {
-    GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
-  }
-  auto m = model::Model::Open(path);
-  ASSERT_TRUE(m.ok()) << m.status();
+  const model::Model* m = DefaultModel();
+  if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
   EngineOptions o;
   o.runner.kv_cache_bytes = int64_t{16} << 20;
-  auto engine = LlmEngine::Create(**m, o);
+  auto engine = LlmEngine::Create(*m, o);
   ASSERT_TRUE(engine.ok());
   EngineRequest r;
-  r.prompt = (*m)->EncodePrompt("The capital of France is");
+  r.prompt = m->EncodePrompt("The capital of France is");
   r.sampling.temperature = 0;
   r.sampling.max_tokens = 8;
   std::string text;
