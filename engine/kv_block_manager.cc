@@ -267,10 +267,19 @@ absl::Span<const BlockId> KvBlockManager::BlockTable(SeqId id) const {
 }
 
 std::vector<BlockId> KvBlockManager::CopyBlockTable(SeqId id) const {
+  std::vector<BlockId> out;
+  CopyBlockTable(id, &out);
+  return out;
+}
+
+void KvBlockManager::CopyBlockTable(SeqId id, std::vector<BlockId>* out) const {
   absl::MutexLock lock(&mu_);
   auto it = seqs_.find(id);
-  if (it == seqs_.end()) return {};
-  return it->second.blocks;
+  if (it == seqs_.end()) {
+    out->clear();
+  } else {
+    out->assign(it->second.blocks.begin(), it->second.blocks.end());
+  }
 }
 
 bool KvBlockManager::HasSequence(SeqId id) const {

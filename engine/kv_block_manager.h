@@ -158,6 +158,10 @@ class KvBlockManager {
   // that does not serialize those with its reads must use CopyBlockTable.
   absl::Span<const BlockId> BlockTable(SeqId id) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<BlockId> CopyBlockTable(SeqId id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same into *out, reusing its capacity (no allocation per decode step
+  // once the vector has grown).
+  void CopyBlockTable(SeqId id, std::vector<BlockId>* out) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   bool HasSequence(SeqId id) const ABSL_LOCKS_EXCLUDED(mu_);
   // Prompt tokens AddSequence found cached (0 for an unknown id).

@@ -218,7 +218,7 @@ absl::Status LlmEngine::Step() {
     return absl::OkStatus();
   }
 
-  std::vector<float> logits;
+  std::vector<float>& logits = step_logits_;
   absl::Status s = runner_->Run(items, &logits);
   if (!s.ok()) {
     for (const auto& item : items) {

@@ -166,6 +166,9 @@ class LlmEngine {
   std::deque<RequestId> waiting_;
   std::vector<RequestId> running_;  // admission order
   EngineStats stats_;
+  // Logits of the current step, kept so that a step allocates nothing once
+  // the largest batch has been seen.
+  std::vector<float> step_logits_;
 };
 
 }  // namespace pdserve::engine

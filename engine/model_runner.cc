@@ -148,7 +148,7 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
   for (size_t i = 0; i < items.size(); ++i) {
     const StepItem& item = items[i];
     const Sequence& s = seqs_[item.id];
-    table_scratch_[i] = blocks_->CopyBlockTable(item.id);
+    blocks_->CopyBlockTable(item.id, &table_scratch_[i]);
     SequenceChunk chunk;
     chunk.tokens =
         absl::MakeConstSpan(s.tokens).subspan(s.num_computed, item.num_tokens);
