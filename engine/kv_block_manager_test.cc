@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -585,7 +586,10 @@ TEST(KvBlockManagerTest, RandomizedStress) {
     std::vector<int32_t> tokens;  // Prompt, then generated tokens.
     int32_t computed = 0;
   };
-  absl::flat_hash_map<SeqId, Live> live;
+  // Ordered, so the random picks below (by position) do not depend on
+  // hash iteration order, which absl seeds per process: the run, and the
+  // path counts checked at the end, are the same every time.
+  std::map<SeqId, Live> live;
   absl::flat_hash_set<uint64_t> index;  // Router view from the events.
   SeqId next_id = 0;
   int hits = 0, refusals = 0, evictions_seen = 0;
