@@ -27,10 +27,10 @@ absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
   if (request.prompt.empty()) {
     return absl::InvalidArgumentError("the prompt is empty");
   }
-  if (static_cast<int64_t>(request.prompt.size()) >=
-      runner_->context_length()) {
+  const size_t length = request.prompt.size() + request.generated.size();
+  if (static_cast<int64_t>(length) >= runner_->context_length()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt has ", request.prompt.size(),
+        "the prompt has ", length,
         " tokens; the model's context holds ", runner_->context_length(),
         " including at least one generated token"));
   }
@@ -40,38 +40,89 @@ absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
           "prompt token id ", t, " is outside the vocabulary of ", vocab));
     }
   }
+  if (request.transferred.has_value() && request.generated.empty()) {
+    return absl::InvalidArgumentError(
+        "a transferred request needs the token its prefill sampled");
+  }
   PD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling, vocab));
 
   auto r = std::make_unique<Request>();
-  std::vector<uint32_t> prompt_u(request.prompt.begin(), request.prompt.end());
-  PD_ASSIGN_OR_RETURN(Sampler sampler,
-                      Sampler::Create(request.sampling, vocab, prompt_u));
-  r->sampler.emplace(std::move(sampler));
-  r->stop.emplace(request.sampling.stop);
-  std::vector<uint32_t> eos(eos_ids_.begin(), eos_ids_.end());
-  r->stop_tokens.emplace(request.sampling, eos,
-                         static_cast<uint32_t>(runner_->context_length()));
-  // Generated text continues the prompt and renders control tokens as
-  // nothing, as llama.cpp's streaming does.
-  r->detok = std::make_unique<model::IncrementalDetokenizer>(
-      model_.tokenizer(), /*remove_special=*/false, /*unparse_special=*/false,
-      /*continues_text=*/true);
+  TokenStreamOptions stream_options;
+  stream_options.tokenizer = &model_.tokenizer();
+  stream_options.sampling = request.sampling;
+  stream_options.eos_ids = eos_ids_;
+  stream_options.context_length = runner_->context_length();
+  stream_options.vocab_size = vocab;
+  PD_ASSIGN_OR_RETURN(
+      r->stream,
+      TokenStream::Create(stream_options, request.prompt, request.generated));
+  r->logprobs = request.sampling.logprobs;
   r->prompt = std::move(request.prompt);
-  r->params = std::move(request.sampling);
   r->on_output = std::move(request.on_output);
   r->arrival = absl::Now();
 
+  if (request.transferred.has_value()) {
+    const RequestId id = *request.transferred;
+    {
+      absl::MutexLock lock(&runner_mu_);
+      if (!reserved_.erase(id)) {
+        return absl::NotFoundError(
+            absl::StrCat("no transfer reservation ", id));
+      }
+    }
+    r->id = id;
+    r->transferred = true;
+    absl::MutexLock lock(&inbox_mu_);
+    inbox_.push_back(std::move(r));
+    ++pending_;
+    work_cv_.SignalAll();
+    return id;
+  }
   absl::MutexLock lock(&inbox_mu_);
   r->id = next_id_++;
   const RequestId id = r->id;
   inbox_.push_back(std::move(r));
   ++pending_;
+  work_cv_.SignalAll();
   return id;
+}
+
+absl::StatusOr<TransferReservation> LlmEngine::ReserveTransfer(
+    absl::Span<const int32_t> tokens) {
+  RequestId id;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    id = next_id_++;
+  }
+  absl::MutexLock lock(&runner_mu_);
+  PD_ASSIGN_OR_RETURN(ModelRunner::TransferTarget target,
+                      runner_->ReserveForTransfer(id, tokens));
+  reserved_.insert(id);
+  TransferReservation reservation;
+  reservation.id = id;
+  reservation.cached_tokens = target.cached_tokens;
+  reservation.blocks = std::move(target.blocks);
+  return reservation;
+}
+
+void LlmEngine::ReleaseTransfer(RequestId id) {
+  absl::MutexLock lock(&runner_mu_);
+  if (reserved_.erase(id)) runner_->Release(id);
+}
+
+bool LlmEngine::WaitForWork(absl::Duration timeout) {
+  absl::MutexLock lock(&inbox_mu_);
+  const absl::Time until = absl::Now() + timeout;
+  while (pending_ == 0 && cancels_.empty()) {
+    if (work_cv_.WaitWithDeadline(&inbox_mu_, until)) break;
+  }
+  return pending_ > 0;
 }
 
 void LlmEngine::Cancel(RequestId id) {
   absl::MutexLock lock(&inbox_mu_);
   cancels_.push_back(id);
+  work_cv_.SignalAll();
 }
 
 bool LlmEngine::HasWork() const {
@@ -95,8 +146,27 @@ void LlmEngine::DrainInbox() {
     cancels.swap(cancels_);
   }
   for (auto& r : arrived) {
-    waiting_.push_back(r->id);
-    requests_[r->id] = std::move(r);
+    const RequestId id = r->id;
+    if (r->transferred) {
+      // Its KV is in place: it joins the running batch at once, its next
+      // step feeding the token the prefill worker sampled.
+      absl::Status ready = runner_->CompleteTransfer(id);
+      if (ready.ok()) {
+        ready = runner_->AppendToken(id, r->stream->generated().back());
+      }
+      r->in_runner = true;
+      r->first_output_sent = true;  // the prefill worker sent it
+      requests_[id] = std::move(r);
+      if (!ready.ok()) {
+        RequestOutput out;
+        Finish(id, RequestFinish::kError, ready, &out);
+        continue;
+      }
+      running_.push_back(id);
+      continue;
+    }
+    waiting_.push_back(id);
+    requests_[id] = std::move(r);
   }
   for (RequestId id : cancels) {
     if (!requests_.contains(id)) continue;
@@ -121,7 +191,9 @@ void LlmEngine::Finish(RequestId id, RequestFinish why, absl::Status error,
   out->error = std::move(error);
   out->prompt_tokens = r->prompt.size();
   out->cached_tokens = r->cached_tokens;
-  out->completion_tokens = r->generated.size();
+  out->completion_tokens = r->stream->generated().size();
+  out->generated_offset =
+      out->completion_tokens - static_cast<int32_t>(out->token_ids.size());
   if (r->on_output) r->on_output(*out);
   absl::MutexLock lock(&inbox_mu_);
   --pending_;
@@ -140,7 +212,8 @@ void LlmEngine::Preempt(RequestId id) {
 bool LlmEngine::Admit(Request& r, int32_t* budget) {
   // A preempted request resumes from its prompt plus what it generated.
   std::vector<int32_t> tokens = r.prompt;
-  tokens.insert(tokens.end(), r.generated.begin(), r.generated.end());
+  const std::vector<int32_t>& generated = r.stream->generated();
+  tokens.insert(tokens.end(), generated.begin(), generated.end());
   absl::StatusOr<int32_t> cached =
       runner_->AddSequence(r.id, tokens, static_cast<int32_t>(r.prompt.size()));
   if (!cached.ok()) {
@@ -154,13 +227,14 @@ bool LlmEngine::Admit(Request& r, int32_t* budget) {
     runner_->Release(r.id);
     return false;
   }
-  if (r.generated.empty()) r.cached_tokens = *cached;
+  if (!r.first_output_sent) r.cached_tokens = *cached;
   r.in_runner = true;
   running_.push_back(r.id);
   return true;
 }
 
 absl::Status LlmEngine::Step() {
+  absl::MutexLock runner_lock(&runner_mu_);
   DrainInbox();
   if (running_.empty() && waiting_.empty()) return absl::OkStatus();
   ++stats_.steps;
@@ -231,7 +305,7 @@ absl::Status LlmEngine::Step() {
   const int32_t vocab = runner_->vocab_size();
   for (const auto& item : items) {
     auto it = requests_.find(item.id);
-    if (it != requests_.end() && !it->second->generated.empty()) {
+    if (it != requests_.end() && it->second->first_output_sent) {
       ++stats_.decode_tokens;
     } else {
       stats_.prompt_tokens_computed += item.num_tokens;
@@ -253,28 +327,16 @@ absl::Status LlmEngine::SampleAndEmit(RequestId id,
     out.first_token_time = absl::Now();
     r.first_output_sent = true;
   }
-  absl::StatusOr<SampleResult> sampled =
-      r.sampler->Sample(logits, static_cast<int64_t>(r.generated.size()));
-  if (!sampled.ok()) {
-    Finish(id, RequestFinish::kError, sampled.status(), &out);
+  absl::StatusOr<StreamStep> step = r.stream->Next(logits);
+  if (!step.ok()) {
+    Finish(id, RequestFinish::kError, step.status(), &out);
     return absl::OkStatus();
   }
-  const int32_t token = static_cast<int32_t>(sampled->token_id);
-  PD_RETURN_IF_ERROR(r.sampler->Accept(sampled->token_id));
-  r.generated.push_back(token);
-  out.token_ids.push_back(token);
-  if (r.params.logprobs) out.logprobs.push_back(*sampled);
-
-  const uint64_t length = r.prompt.size() + r.generated.size();
-  FinishReason reason =
-      r.stop_tokens->Check(sampled->token_id, r.generated.size(), length);
-  if (!r.stop_tokens->IsStopToken(sampled->token_id)) {
-    StopChecker::FeedResult fed = r.stop->Feed(r.detok->Add(token));
-    out.text = std::move(fed.text);
-    if (fed.stopped) reason = FinishReason::kStop;
-  }
-  if (reason == FinishReason::kNone) {
-    absl::Status appended = runner_->AppendToken(id, token);
+  out.token_ids.push_back(step->token);
+  if (step->logprob.has_value()) out.logprobs.push_back(*step->logprob);
+  out.text = std::move(step->text);
+  if (step->finish == FinishReason::kNone) {
+    absl::Status appended = runner_->AppendToken(id, step->token);
     if (!appended.ok()) {
       Finish(id, RequestFinish::kError, appended, &out);
       return absl::OkStatus();
@@ -282,20 +344,16 @@ absl::Status LlmEngine::SampleAndEmit(RequestId id,
     out.id = id;
     out.prompt_tokens = r.prompt.size();
     out.cached_tokens = r.cached_tokens;
-    out.completion_tokens = r.generated.size();
+    out.completion_tokens = r.stream->generated().size();
+    out.generated_offset = out.completion_tokens - 1;
     if (r.on_output) r.on_output(out);
     return absl::OkStatus();
   }
-  if (!r.stop->stopped()) {
-    // Release what was held back for possible stop strings or incomplete
-    // characters.
-    StopChecker::FeedResult fed = r.stop->Feed(r.detok->Finish());
-    out.text += fed.text;
-    if (!fed.stopped) out.text += r.stop->Flush();
-  }
+  out.stop_token_id = step->stop_token_id;
+  out.stop_string = step->stop_string;
   Finish(id,
-         reason == FinishReason::kLength ? RequestFinish::kLength
-                                         : RequestFinish::kStop,
+         step->finish == FinishReason::kLength ? RequestFinish::kLength
+                                               : RequestFinish::kStop,
          absl::OkStatus(), &out);
   return absl::OkStatus();
 }

@@ -20,9 +20,11 @@
 // stop strings / stop tokens / max_tokens / the context length, and reports
 // the result through the request's callback.
 //
-// Ownership: borrows the Model; owns the runner. Thread-safety: AddRequest
-// and Cancel may be called from any thread; Step (and Generate) from one
-// thread at a time; callbacks run on the thread calling Step.
+// Ownership: borrows the Model; owns the runner. Thread-safety: AddRequest,
+// Cancel, ReserveTransfer, ReleaseTransfer and WaitForWork may be called from
+// any thread; Step (and RunUntilIdle) from one thread at a time; callbacks
+// run on the thread calling Step and must not call back into the engine's
+// transfer methods.
 #ifndef PDSERVE_ENGINE_LLM_ENGINE_H_
 #define PDSERVE_ENGINE_LLM_ENGINE_H_
 
@@ -36,6 +38,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -43,6 +46,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
+#include "engine/token_stream.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -79,12 +83,39 @@ struct RequestOutput {
   // first token was ready (TTFT = first_token_time - arrival_time).
   absl::Time arrival_time;
   absl::Time first_token_time;
+  // On a kStop output: the stop_token_ids entry or stop string that matched
+  // (both unset for EOS).
+  std::optional<uint32_t> stop_token_id;
+  std::optional<std::string> stop_string;
+  // Generation index of token_ids[0] (tokens generated before it,
+  // replayed ones included).
+  int32_t generated_offset = 0;
 };
 
 struct EngineRequest {
   std::vector<int32_t> prompt;
+  // Tokens already generated for this request elsewhere and delivered to
+  // the client (a request continuing after its first token was sampled by a
+  // prefill worker, or after a migration). They count for penalties,
+  // max_tokens and stop strings; their text is never emitted again.
+  std::vector<int32_t> generated;
   SamplingParams sampling;
+  // Set to the id ReserveTransfer returned when the KV of prompt +
+  // generated[0..n-2] has been written into its blocks (and verified):
+  // decoding starts at once by feeding generated.back(). Unset: the engine
+  // computes prompt + generated itself (prefix cache first).
+  std::optional<RequestId> transferred;
   std::function<void(const RequestOutput&)> on_output;
+};
+
+// Blocks reserved for KV that another process computes (ReserveTransfer).
+struct TransferReservation {
+  RequestId id = 0;
+  // Leading positions already present from the local prefix cache; the
+  // writer sends positions [cached_tokens, tokens.size()).
+  int32_t cached_tokens = 0;
+  // Block of each position range, in sequence order (cached ones first).
+  std::vector<BlockId> blocks;
 };
 
 struct EngineStats {
@@ -110,6 +141,24 @@ class LlmEngine {
   // frees its blocks. Unknown or finished ids are ignored.
   void Cancel(RequestId id) ABSL_LOCKS_EXCLUDED(inbox_mu_);
 
+  // ---- KV computed elsewhere (the decode worker) -------------------------
+  // Reserves blocks for the KV of `tokens` (prompt + replayed tokens but
+  // the last), reusing the local prefix cache; the reservation then waits
+  // for AddRequest with `transferred` set, or ReleaseTransfer. Blocks come
+  // from the same pool as running sequences, so reservations and decoding
+  // share one accounting. RESOURCE_EXHAUSTED when the blocks are not free
+  // now; INVALID_ARGUMENT for empty or over-long token lists.
+  absl::StatusOr<TransferReservation> ReserveTransfer(
+      absl::Span<const int32_t> tokens)
+      ABSL_LOCKS_EXCLUDED(runner_mu_, inbox_mu_);
+  // Frees a reservation that will not be decoded. Ignores unknown ids and
+  // ids already handed to AddRequest.
+  void ReleaseTransfer(RequestId id) ABSL_LOCKS_EXCLUDED(runner_mu_);
+
+  // Blocks until there is work (a queued request or cancel) or `timeout`
+  // passes; returns HasWork(). For the loop thread of a server.
+  bool WaitForWork(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(inbox_mu_);
+
   // Runs one scheduling step; returns OK with nothing done when idle. An
   // error from the backend fails the requests of that step (kError) rather
   // than the engine.
@@ -126,12 +175,10 @@ class LlmEngine {
   struct Request {
     RequestId id = 0;
     std::vector<int32_t> prompt;
-    std::vector<int32_t> generated;
-    SamplingParams params;
-    std::optional<Sampler> sampler;
-    std::optional<StopChecker> stop;
-    std::optional<StopTokenChecker> stop_tokens;
-    std::unique_ptr<model::IncrementalDetokenizer> detok;
+    // Owns the generated tokens (stream->generated()).
+    std::unique_ptr<TokenStream> stream;
+    bool logprobs = false;
+    bool transferred = false;
     std::function<void(const RequestOutput&)> on_output;
     absl::Time arrival;
     bool first_output_sent = false;
@@ -152,14 +199,20 @@ class LlmEngine {
 
   const model::Model& model_;
   const EngineOptions options_;
+  // Held by Step for the whole pass and by the transfer calls: the runner
+  // serves one caller at a time.
+  mutable absl::Mutex runner_mu_ ABSL_ACQUIRED_BEFORE(inbox_mu_);
   std::unique_ptr<ModelRunner> runner_;
-  std::vector<int32_t> eos_ids_;
+  std::vector<uint32_t> eos_ids_;
+  // Reservations from ReserveTransfer not yet handed to AddRequest.
+  absl::flat_hash_set<RequestId> reserved_ ABSL_GUARDED_BY(runner_mu_);
 
   mutable absl::Mutex inbox_mu_;
   std::vector<std::unique_ptr<Request>> inbox_ ABSL_GUARDED_BY(inbox_mu_);
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(inbox_mu_);
   RequestId next_id_ ABSL_GUARDED_BY(inbox_mu_) = 1;
   int64_t pending_ ABSL_GUARDED_BY(inbox_mu_) = 0;  // queued, not finished
+  absl::CondVar work_cv_;  // Signalled when requests or cancels arrive.
 
   // Engine-thread state.
   absl::flat_hash_map<RequestId, std::unique_ptr<Request>> requests_;

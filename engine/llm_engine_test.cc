@@ -3,6 +3,7 @@
 // cache, each request gets the tokens it gets when it runs alone.
 #include "engine/llm_engine.h"
 
+#include <cstring>
 #include <map>
 #include <string>
 #include <thread>
@@ -218,6 +219,110 @@ TEST_F(LlmEngineTest, RefusesBadRequests) {
   EXPECT_EQ(res[0].finish, RequestFinish::kError);
   EXPECT_EQ(res[1].finish, RequestFinish::kLength);
   EXPECT_EQ(res[1].tokens.size(), 3u);
+}
+
+
+// A request whose first token was sampled elsewhere and whose prompt KV was
+// written into reserved blocks (the decode worker's path) continues exactly
+// as if one engine had done everything: same tokens, same text.
+TEST_F(LlmEngineTest, TransferredRequestContinuesLikeALocalOne) {
+  EngineRequest request;
+  request.prompt = Prompt(13, 4);
+  request.sampling.temperature = 0.9f;
+  request.sampling.seed = 42;
+  request.sampling.max_tokens = 16;
+  request.sampling.ignore_eos = true;
+  const Result local = RunAll(*MakeEngine(64, 512), {request})[0];
+  ASSERT_EQ(local.tokens.size(), 16u);
+
+  // The prefill side: compute the prompt and sample its first token.
+  auto prefill = MakeEngine(64, 512);
+  ModelRunner& source = prefill->runner();
+  auto computed = source.Prefill({{1, request.prompt}});
+  ASSERT_TRUE(computed.ok()) << computed.status();
+  TokenStreamOptions stream_options;
+  stream_options.tokenizer = &model_->tokenizer();
+  stream_options.sampling = request.sampling;
+  stream_options.context_length = model_->config().context_length;
+  stream_options.vocab_size = model_->config().vocab_size;
+  auto stream = TokenStream::Create(stream_options, request.prompt);
+  ASSERT_TRUE(stream.ok());
+  auto first = (*stream)->Next((*computed)[0].logits);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->token, local.tokens[0]);
+
+  // The decode side reserves, receives the bytes, and decodes.
+  auto decode = MakeEngine(64, 512);
+  auto reservation = decode->ReserveTransfer(request.prompt);
+  ASSERT_TRUE(reservation.ok()) << reservation.status();
+  const std::vector<BlockId> from_blocks = source.blocks().CopyBlockTable(1);
+  KvCachePool& from = source.backend().kv_pool();
+  KvCachePool& to = decode->runner().backend().kv_pool();
+  const uint32_t bs = from.layout().block_size_tokens();
+  for (uint32_t layer = 0; layer < from.layout().num_layers(); ++layer) {
+    for (int32_t p = reservation->cached_tokens;
+         p < static_cast<int32_t>(request.prompt.size()); ++p) {
+      for (auto half :
+           {kv_transfer::KvHalf::kKey, kv_transfer::KvHalf::kValue}) {
+        std::memcpy(
+            to.Slot(layer, reservation->blocks[p / bs], half, p % bs),
+            from.Slot(layer, from_blocks[p / bs], half, p % bs),
+            from.geometry().token_bytes());
+      }
+    }
+  }
+  EngineRequest rest = request;
+  rest.generated = {first->token};
+  rest.transferred = reservation->id;
+  const Result continued = RunAll(*decode, {rest})[0];
+  std::vector<int32_t> tokens = {first->token};
+  tokens.insert(tokens.end(), continued.tokens.begin(),
+                continued.tokens.end());
+  EXPECT_EQ(tokens, local.tokens);
+  EXPECT_EQ(first->text + continued.text, local.text);
+  EXPECT_EQ(continued.finish, RequestFinish::kLength);
+  EXPECT_EQ(decode->runner().blocks().num_used_blocks(), 0);
+
+  // A reservation nobody decodes is freed; a second use is refused.
+  auto unused = decode->ReserveTransfer(request.prompt);
+  ASSERT_TRUE(unused.ok());
+  EXPECT_GT(decode->runner().blocks().num_used_blocks(), 0);
+  decode->ReleaseTransfer(unused->id);
+  EXPECT_EQ(decode->runner().blocks().num_used_blocks(), 0);
+  EXPECT_EQ(decode->AddRequest(rest).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(decode->runner().blocks().CheckInvariants().ok());
+}
+
+// A request replayed with tokens it already produced (a migration) goes on
+// with the same tokens and releases exactly the text not yet released.
+TEST_F(LlmEngineTest, ReplayedRequestContinuesWhereItStopped) {
+  EngineRequest request;
+  request.prompt = Prompt(9, 6);
+  request.sampling.temperature = 0.8f;
+  request.sampling.seed = 5;
+  request.sampling.presence_penalty = 0.5f;
+  request.sampling.max_tokens = 12;
+  request.sampling.ignore_eos = true;
+  std::vector<RequestOutput> outputs;
+  request.on_output = [&](const RequestOutput& out) { outputs.push_back(out); };
+  auto engine = MakeEngine(64, 512);
+  ASSERT_TRUE(engine->AddRequest(request).ok());
+  ASSERT_TRUE(engine->RunUntilIdle().ok());
+  ASSERT_EQ(outputs.size(), 12u);
+  std::vector<int32_t> all;
+  std::string later_text;
+  for (const RequestOutput& out : outputs) {
+    EXPECT_EQ(out.generated_offset, static_cast<int32_t>(all.size()));
+    all.insert(all.end(), out.token_ids.begin(), out.token_ids.end());
+    if (out.generated_offset >= 5) later_text += out.text;
+  }
+  EngineRequest replay = request;
+  replay.on_output = nullptr;
+  replay.generated.assign(all.begin(), all.begin() + 5);
+  const Result rest = RunAll(*MakeEngine(64, 512), {replay})[0];
+  EXPECT_EQ(rest.tokens, std::vector<int32_t>(all.begin() + 5, all.end()));
+  EXPECT_EQ(rest.text, later_text);
 }
 
 }  // namespace

@@ -74,10 +74,16 @@ StopChecker::FeedResult StopChecker::Feed(absl::string_view chunk) {
   // Emitted text never holds the start of a possible match (it was not a
   // prefix of any stop string), so every match starts inside pending_.
   size_t match = std::string::npos;
+  const std::string* matched = nullptr;
   for (const std::string& stop : stops_) {
-    match = std::min(match, pending_.find(stop));
+    const size_t at = pending_.find(stop);
+    if (at < match) {
+      match = at;
+      matched = &stop;
+    }
   }
   if (match != std::string::npos) {
+    matched_ = *matched;
     result.text = pending_.substr(0, match);
     result.stopped = stopped_ = true;
     pending_.clear();

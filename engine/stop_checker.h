@@ -72,6 +72,9 @@ class StopChecker {
   std::string Flush();
 
   bool stopped() const { return stopped_; }
+  // The stop string that matched (the earliest-starting one; the first
+  // listed among those starting there); empty until stopped().
+  const std::string& matched_stop() const { return matched_; }
 
  private:
   // Bytes at the end of pending_ that could still become part of a match or
@@ -81,6 +84,7 @@ class StopChecker {
   std::vector<std::string> stops_;
   // Fed but not yet emitted. Never contains a complete stop string.
   std::string pending_;
+  std::string matched_;
   bool stopped_ = false;
   bool finished_ = false;
 };
