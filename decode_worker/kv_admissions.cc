@@ -9,60 +9,55 @@
 namespace pdserve::decode_worker {
 
 absl::StatusOr<std::unique_ptr<KvAdmissions>> KvAdmissions::Create(
-    const KvAdmissionsOptions& options, engine::BlockPool* pool) {
-  if (pool == nullptr || options.layout.num_blocks() == 0 ||
+    const KvAdmissionsOptions& options, KvReserver* reserver) {
+  if (reserver == nullptr || options.layout.num_blocks() == 0 ||
       options.layout.block_size_tokens() == 0) {
     return absl::InvalidArgumentError(
-        "admissions need a block pool and a layout with blocks");
+        "admissions need a reserver and a layout with blocks");
   }
-  if (static_cast<uint32_t>(pool->num_total()) != options.layout.num_blocks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block pool has ", pool->num_total(),
-                     " blocks, the layout says ", options.layout.num_blocks()));
-  }
-  return std::unique_ptr<KvAdmissions>(new KvAdmissions(options, pool));
+  return std::unique_ptr<KvAdmissions>(new KvAdmissions(options, reserver));
 }
 
 absl::StatusOr<v1::KvTransferTarget> KvAdmissions::Admit(
-    const std::string& request_id, uint32_t attempt, uint32_t num_tokens,
-    absl::Time now) {
-  if (num_tokens == 0) {
+    const std::string& request_id, uint32_t attempt,
+    absl::Span<const int32_t> tokens, absl::Time now) {
+  if (tokens.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", request_id, ": nothing to admit"));
   }
   const uint32_t block_size = options_.layout.block_size_tokens();
-  const uint64_t blocks = (uint64_t{num_tokens} + block_size - 1) / block_size;
+  const uint64_t blocks = (tokens.size() + block_size - 1) / block_size;
   if (blocks > options_.layout.num_blocks()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("request ", request_id, ": ", num_tokens,
+        absl::StrCat("request ", request_id, ": ", tokens.size(),
                      " tokens need more blocks than this worker has (",
                      options_.layout.num_blocks(), ")"));
   }
-  absl::MutexLock lock(&mutex_);
-  absl::StatusOr<std::vector<engine::BlockId>> reserved =
-      pool_->Allocate(static_cast<int32_t>(blocks));
+  absl::StatusOr<KvReserver::Reservation> reserved = reserver_->Reserve(tokens);
   if (!reserved.ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("request ", request_id, ": no room for ", blocks,
-                     " KV blocks (", pool_->num_free(), " free)"));
+    return absl::Status(reserved.status().code(),
+                        absl::StrCat("request ", request_id, ": ",
+                                     reserved.status().message()));
   }
   Admission admission;
-  admission.blocks = std::move(reserved).value();
+  admission.handle = reserved->handle;
+  admission.num_blocks = static_cast<int32_t>(reserved->blocks.size());
   admission.expires = now + options_.time_to_live;
   admission.attempt = attempt;
   v1::KvTransferTarget& target = admission.target;
-  target.set_transfer_id(
-      absl::StrCat(options_.worker_id, "/", next_transfer_++));
   target.set_request_id(request_id);
   target.set_decode_worker_id(options_.worker_id);
   target.set_notify_address(options_.notify_address);
   *target.mutable_layout() = options_.layout;
   *target.mutable_region() = options_.region;
-  for (engine::BlockId b : admission.blocks) target.add_block_ids(b);
-  target.set_num_tokens(num_tokens);
-  target.set_first_token_position(0);  // No decode-side prefix cache yet.
+  for (engine::BlockId b : reserved->blocks) target.add_block_ids(b);
+  target.set_num_tokens(static_cast<uint32_t>(tokens.size()));
+  target.set_first_token_position(reserved->cached_tokens);
   target.set_expires_in_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.time_to_live)));
+  absl::MutexLock lock(&mutex_);
+  target.set_transfer_id(
+      absl::StrCat(options_.worker_id, "/", next_transfer_++));
   v1::KvTransferTarget issued = target;
   admissions_[target.transfer_id()] = std::move(admission);
   return issued;
@@ -79,31 +74,36 @@ absl::StatusOr<v1::KvTransferTarget> KvAdmissions::Find(
   return it->second.target;
 }
 
-absl::StatusOr<std::vector<engine::BlockId>> KvAdmissions::Claim(
-    const std::string& transfer_id) {
+absl::StatusOr<int64_t> KvAdmissions::Claim(const std::string& transfer_id) {
   absl::MutexLock lock(&mutex_);
   auto it = admissions_.find(transfer_id);
   if (it == admissions_.end()) {
     return absl::NotFoundError(
         absl::StrCat("no admission ", transfer_id, " (expired or released)"));
   }
-  std::vector<engine::BlockId> blocks = std::move(it->second.blocks);
+  const int64_t handle = it->second.handle;
   admissions_.erase(it);
-  return blocks;
+  return handle;
 }
 
 absl::Status KvAdmissions::Release(const std::string& transfer_id,
                                    bool writes_quiesced, absl::Time now) {
-  absl::MutexLock lock(&mutex_);
-  auto it = admissions_.find(transfer_id);
-  if (it == admissions_.end()) {
-    return absl::NotFoundError(absl::StrCat("no admission ", transfer_id));
+  int64_t handle = 0;
+  {
+    absl::MutexLock lock(&mutex_);
+    auto it = admissions_.find(transfer_id);
+    if (it == admissions_.end()) {
+      return absl::NotFoundError(absl::StrCat("no admission ", transfer_id));
+    }
+    if (!writes_quiesced) {
+      QuarantineLocked(it->second, now);
+      admissions_.erase(it);
+      return absl::OkStatus();
+    }
+    handle = it->second.handle;
+    admissions_.erase(it);
   }
-  std::vector<engine::BlockId> blocks = std::move(it->second.blocks);
-  const absl::Time expiry = it->second.expires;
-  admissions_.erase(it);
-  if (writes_quiesced) return pool_->Release(blocks);
-  QuarantineLocked(std::move(blocks), expiry, now);
+  reserver_->Free(handle);
   return absl::OkStatus();
 }
 
@@ -127,37 +127,38 @@ int KvAdmissions::ReleaseRequest(const std::string& request_id,
   return released;
 }
 
-void KvAdmissions::QuarantineLocked(std::vector<engine::BlockId> blocks,
-                                    absl::Time admission_expiry,
+void KvAdmissions::QuarantineLocked(const Admission& admission,
                                     absl::Time now) {
   quarantine_.push_back(
-      Quarantined{std::move(blocks),
-                  std::max(now, admission_expiry) + options_.quarantine});
+      Quarantined{admission.handle, admission.num_blocks,
+                  std::max(now, admission.expires) + options_.quarantine});
 }
 
 std::vector<std::string> KvAdmissions::Expire(absl::Time now) {
-  absl::MutexLock lock(&mutex_);
   std::vector<std::string> expired;
-  for (auto it = admissions_.begin(); it != admissions_.end();) {
-    if (it->second.expires <= now) {
-      expired.push_back(it->first);
-      QuarantineLocked(std::move(it->second.blocks), it->second.expires, now);
-      admissions_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  std::vector<Quarantined> still;
-  for (Quarantined& q : quarantine_) {
-    if (q.until <= now) {
-      if (absl::Status s = pool_->Release(q.blocks); !s.ok()) {
-        PD_LOG(ERROR) << "releasing quarantined blocks: " << s;
+  std::vector<int64_t> to_free;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (auto it = admissions_.begin(); it != admissions_.end();) {
+      if (it->second.expires <= now) {
+        expired.push_back(it->first);
+        QuarantineLocked(it->second, now);
+        admissions_.erase(it++);
+      } else {
+        ++it;
       }
-    } else {
-      still.push_back(std::move(q));
     }
+    std::vector<Quarantined> still;
+    for (Quarantined& q : quarantine_) {
+      if (q.until <= now) {
+        to_free.push_back(q.handle);
+      } else {
+        still.push_back(q);
+      }
+    }
+    quarantine_ = std::move(still);
   }
-  quarantine_ = std::move(still);
+  for (int64_t handle : to_free) reserver_->Free(handle);
   for (const std::string& id : expired) {
     PD_LOG(WARNING) << "admission " << id
                     << " expired before its transfer completed";
@@ -170,10 +171,10 @@ KvAdmissionStats KvAdmissions::stats() {
   KvAdmissionStats stats;
   stats.admissions = static_cast<int32_t>(admissions_.size());
   for (const auto& [id, a] : admissions_) {
-    stats.reserved_blocks += static_cast<int32_t>(a.blocks.size());
+    stats.reserved_blocks += a.num_blocks;
   }
   for (const Quarantined& q : quarantine_) {
-    stats.quarantined_blocks += static_cast<int32_t>(q.blocks.size());
+    stats.quarantined_blocks += q.num_blocks;
   }
   return stats;
 }

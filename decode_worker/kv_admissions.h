@@ -18,8 +18,13 @@
 // request.
 // Nothing is ever stranded: Expire() is the backstop for every path.
 //
+// Blocks come from a KvReserver: the decode engine's KV cache in the worker
+// (so reservations, prefix-cache hits and running sequences share one
+// accounting), a plain block pool in tests.
+//
 // Time is passed in (`now`), so expiry is deterministic in tests.
-// Thread-safety: all methods are thread-safe. The block pool is not owned.
+// Thread-safety: all methods are thread-safe. The reserver is not owned; it
+// is called without the ledger's lock held.
 #ifndef PDSERVE_DECODE_WORKER_KV_ADMISSIONS_H_
 #define PDSERVE_DECODE_WORKER_KV_ADMISSIONS_H_
 
@@ -33,10 +38,32 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engine/block_pool.h"
 #include "proto/kv_transfer.pb.h"
 
 namespace pdserve::decode_worker {
+
+// Where admissions get their blocks.
+class KvReserver {
+ public:
+  struct Reservation {
+    // Names the reservation to Free (and to the decode engine).
+    int64_t handle = 0;
+    // Leading positions already present (local prefix cache); the writer
+    // sends positions [cached_tokens, tokens.size()).
+    uint32_t cached_tokens = 0;
+    // One block per block_size positions of `tokens`, in order.
+    std::vector<engine::BlockId> blocks;
+  };
+  virtual ~KvReserver() = default;
+  // RESOURCE_EXHAUSTED when the blocks are not free now; INVALID_ARGUMENT
+  // when the tokens can never fit.
+  virtual absl::StatusOr<Reservation> Reserve(
+      absl::Span<const int32_t> tokens) = 0;
+  // Returns a reservation's blocks.
+  virtual void Free(int64_t handle) = 0;
+};
 
 struct KvAdmissionsOptions {
   std::string worker_id;
@@ -60,24 +87,26 @@ struct KvAdmissionStats {
 
 class KvAdmissions {
  public:
-  // INVALID_ARGUMENT for a layout without blocks or a pool of another size.
+  // INVALID_ARGUMENT for a layout without blocks or no reserver.
   static absl::StatusOr<std::unique_ptr<KvAdmissions>> Create(
-      const KvAdmissionsOptions& options, engine::BlockPool* pool);
+      const KvAdmissionsOptions& options, KvReserver* reserver);
 
-  // Reserves blocks for `num_tokens` tokens of `request_id`. INVALID_ARGUMENT
-  // for 0 tokens; RESOURCE_EXHAUSTED when the pool cannot hold them now.
+  // Reserves blocks for the KV of `tokens` of `request_id`; the target's
+  // first_token_position skips what the reserver found cached.
+  // INVALID_ARGUMENT for no tokens or more than the pool holds;
+  // RESOURCE_EXHAUSTED when the blocks are not free now.
   absl::StatusOr<v1::KvTransferTarget> Admit(const std::string& request_id,
                                              uint32_t attempt,
-                                             uint32_t num_tokens,
+                                             absl::Span<const int32_t> tokens,
                                              absl::Time now);
 
   // The target issued for `transfer_id` (to verify its completion notice).
   absl::StatusOr<v1::KvTransferTarget> Find(const std::string& transfer_id);
 
-  // Hands a verified transfer's blocks to the caller (the decode batch) and
-  // forgets the admission. NOT_FOUND when unknown, expired or released.
-  absl::StatusOr<std::vector<engine::BlockId>> Claim(
-      const std::string& transfer_id);
+  // Hands a verified transfer's reservation to the caller (the decode
+  // batch, which now owns its blocks) and forgets the admission. NOT_FOUND
+  // when unknown, expired or released.
+  absl::StatusOr<int64_t> Claim(const std::string& transfer_id);
 
   // Ends an admission without decoding. NOT_FOUND when unknown.
   absl::Status Release(const std::string& transfer_id, bool writes_quiesced,
@@ -100,23 +129,24 @@ class KvAdmissions {
   struct Admission {
     v1::KvTransferTarget target;
     uint32_t attempt = 0;
-    std::vector<engine::BlockId> blocks;
+    int64_t handle = 0;
+    int32_t num_blocks = 0;
     absl::Time expires;
   };
   struct Quarantined {
-    std::vector<engine::BlockId> blocks;
+    int64_t handle = 0;
+    int32_t num_blocks = 0;
     absl::Time until;
   };
 
-  KvAdmissions(const KvAdmissionsOptions& options, engine::BlockPool* pool)
-      : options_(options), pool_(pool) {}
+  KvAdmissions(const KvAdmissionsOptions& options, KvReserver* reserver)
+      : options_(options), reserver_(reserver) {}
 
-  void QuarantineLocked(std::vector<engine::BlockId> blocks,
-                        absl::Time admission_expiry, absl::Time now)
+  void QuarantineLocked(const Admission& admission, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const KvAdmissionsOptions options_;
-  engine::BlockPool* const pool_;
+  KvReserver* const reserver_;
   absl::Mutex mutex_;
   absl::flat_hash_map<std::string, Admission> admissions_
       ABSL_GUARDED_BY(mutex_);

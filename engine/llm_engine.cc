@@ -30,9 +30,8 @@ absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
   const size_t length = request.prompt.size() + request.generated.size();
   if (static_cast<int64_t>(length) >= runner_->context_length()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt has ", length,
-        " tokens; the model's context holds ", runner_->context_length(),
-        " including at least one generated token"));
+        "the prompt has ", length, " tokens; the model's context holds ",
+        runner_->context_length(), " including at least one generated token"));
   }
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= vocab) {

@@ -221,7 +221,6 @@ TEST_F(LlmEngineTest, RefusesBadRequests) {
   EXPECT_EQ(res[1].tokens.size(), 3u);
 }
 
-
 // A request whose first token was sampled elsewhere and whose prompt KV was
 // written into reserved blocks (the decode worker's path) continues exactly
 // as if one engine had done everything: same tokens, same text.
@@ -264,10 +263,9 @@ TEST_F(LlmEngineTest, TransferredRequestContinuesLikeALocalOne) {
          p < static_cast<int32_t>(request.prompt.size()); ++p) {
       for (auto half :
            {kv_transfer::KvHalf::kKey, kv_transfer::KvHalf::kValue}) {
-        std::memcpy(
-            to.Slot(layer, reservation->blocks[p / bs], half, p % bs),
-            from.Slot(layer, from_blocks[p / bs], half, p % bs),
-            from.geometry().token_bytes());
+        std::memcpy(to.Slot(layer, reservation->blocks[p / bs], half, p % bs),
+                    from.Slot(layer, from_blocks[p / bs], half, p % bs),
+                    from.geometry().token_bytes());
       }
     }
   }
@@ -276,8 +274,7 @@ TEST_F(LlmEngineTest, TransferredRequestContinuesLikeALocalOne) {
   rest.transferred = reservation->id;
   const Result continued = RunAll(*decode, {rest})[0];
   std::vector<int32_t> tokens = {first->token};
-  tokens.insert(tokens.end(), continued.tokens.begin(),
-                continued.tokens.end());
+  tokens.insert(tokens.end(), continued.tokens.begin(), continued.tokens.end());
   EXPECT_EQ(tokens, local.tokens);
   EXPECT_EQ(first->text + continued.text, local.text);
   EXPECT_EQ(continued.finish, RequestFinish::kLength);
