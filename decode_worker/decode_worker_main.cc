@@ -1,19 +1,98 @@
-// pd-decode-worker: a decode worker process.
+// pd-decode-worker: a decode worker process (or, with --colocated, a worker
+// that does both phases: pdserve on one box, and the colocated baseline the
+// benchmarks compare disaggregation with).
 //
-// Today it serves health and reflection, registers with the router,
-// heartbeats and drains on SIGTERM or on the router's command (see
-// rpc/worker_process.h). The decode service itself joins with the serving
-// path.
+// It loads the model, builds the continuous-batching engine over its KV
+// cache, registers the cache with the KV transport (UCX by default), serves
+// the DecodeWorker service, and registers with the router as a DECODE (or
+// BOTH) worker, heartbeating its load and prefix-cache events. SIGTERM or
+// the router's drain command: no new work, in-flight requests finish, exit 0
+// (rpc/worker_process.h).
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/log.h"
 #include "common/termination_signal.h"
+#include "decode_worker/decode_service.h"
+#include "decode_worker/decode_worker.h"
+#include "engine/engine_flags.h"
+#include "kv_transfer/transport_factory.h"
 #include "rpc/worker_process.h"
+
+ABSL_FLAG(bool, colocated, false,
+          "serve whole requests (prefill and decode) as a BOTH worker");
+ABSL_FLAG(std::string, transport, "ucx", "KV transport: ucx or in_process");
+ABSL_FLAG(int32_t, admission_ttl_ms, 30000,
+          "how long blocks reserved for a transfer wait for it");
+
+namespace pdserve::decode_worker {
+namespace {
+
+int Run() {
+  const v1::WorkerRole role = absl::GetFlag(FLAGS_colocated)
+                                  ? v1::WORKER_ROLE_BOTH
+                                  : v1::WORKER_ROLE_DECODE;
+  DecodeWorkerOptions options;
+  options.worker_id = rpc::WorkerIdFromFlags(role);
+  SetLogTag(options.worker_id);
+  options.engine = engine::EngineOptionsFromFlags();
+  options.admission_ttl =
+      absl::Milliseconds(absl::GetFlag(FLAGS_admission_ttl_ms));
+  absl::StatusOr<v1::TransportKind> kind =
+      kv_transfer::ParseTransportKind(absl::GetFlag(FLAGS_transport));
+  if (!kind.ok()) {
+    PD_LOG(ERROR) << kind.status();
+    return 2;
+  }
+  options.transport.kind = *kind;
+  options.transport.name = options.worker_id;
+
+  absl::StatusOr<std::unique_ptr<model::Model>> model =
+      engine::OpenModelFromFlags();
+  if (!model.ok()) {
+    PD_LOG(ERROR) << model.status();
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<DecodeWorker>> worker =
+      DecodeWorker::Create(**model, options);
+  if (!worker.ok()) {
+    PD_LOG(ERROR) << worker.status();
+    return 2;
+  }
+  DecodeWorker* w = worker->get();
+  DecodeService service(w);
+
+  rpc::WorkerProcessOptions process;
+  process.role = role;
+  process.services = {&service};
+  process.on_serving = [w](const std::string& address) {
+    return w->Start(address);
+  };
+  process.on_drain = [w] { w->BeginDrain(); };
+  process.inflight_requests = [w] { return w->inflight(); };
+  process.model = w->model_info();
+  process.transports = w->transports();
+  process.max_running_sequences = options.engine.max_running;
+  process.max_batch_tokens = options.engine.runner.max_batch_tokens;
+  process.load = [w] { return w->Load(); };
+  process.take_events = [w] { return w->TakeEvents(); };
+  PD_LOG(INFO) << "model " << (*model)->name() << ", KV cache "
+               << w->blocks().num_total_blocks() << " blocks of "
+               << w->blocks().block_size() << " tokens";
+  return rpc::RunWorkerProcess(process);
+}
+
+}  // namespace
+}  // namespace pdserve::decode_worker
 
 int main(int argc, char** argv) {
   pdserve::BlockTerminationSignals();
-  absl::SetProgramUsageMessage("pd-decode-worker: a pdserve decode worker.");
+  absl::SetProgramUsageMessage(
+      "pd-decode-worker: a pdserve decode (or, --colocated, whole-request) "
+      "worker.");
   absl::ParseCommandLine(argc, argv);
-  pdserve::rpc::WorkerProcessOptions options;
-  options.role = pdserve::v1::WORKER_ROLE_DECODE;
-  return pdserve::rpc::RunWorkerProcess(options);
+  return pdserve::decode_worker::Run();
 }

@@ -142,6 +142,21 @@ void MembershipClient::SendHeartbeat() {
   request.set_state(report.state);
   *request.mutable_load() = report.load;
   request.set_inflight_requests(report.inflight_requests);
+  // Bounded: a router unreachable for long gets a reset instead of an
+  // ever-growing backlog (it then under-estimates this worker's cache,
+  // which costs routing quality, never correctness).
+  constexpr size_t kMaxUnsentEvents = 1 << 16;
+  unsent_events_.insert(unsent_events_.end(), report.events.begin(),
+                        report.events.end());
+  if (unsent_events_.size() > kMaxUnsentEvents) {
+    unsent_events_.clear();
+    v1::PrefixCacheEvent cleared;
+    cleared.set_kind(v1::PrefixCacheEvent::KIND_CLEARED);
+    unsent_events_.push_back(cleared);
+  }
+  for (const v1::PrefixCacheEvent& e : unsent_events_) {
+    *request.add_events() = e;
+  }
   grpc::ClientContext context;
   SetDeadline(&context, options_.rpc_timeout);
   v1::HeartbeatResponse response;
@@ -156,6 +171,7 @@ void MembershipClient::SendHeartbeat() {
     PD_LOG(WARNING) << "heartbeat failed: " << FromGrpcStatus(status);
     return;
   }
+  unsent_events_.clear();
   for (const v1::WorkerCommand& command : response.commands()) {
     if (command.kind() == v1::WorkerCommand::KIND_DRAIN) {
       options_.on_drain(absl::Milliseconds(command.drain_deadline_ms()));

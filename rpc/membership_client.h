@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -31,6 +32,10 @@ struct WorkerStatusReport {
   v1::WorkerState state = v1::WORKER_STATE_SERVING;
   v1::WorkerLoad load;
   uint32_t inflight_requests = 0;
+  // Prefix-cache events since the previous report. The client keeps them
+  // until a heartbeat carrying them succeeds, so a lost heartbeat loses
+  // nothing.
+  std::vector<v1::PrefixCacheEvent> events;
 };
 
 struct MembershipClientOptions {
@@ -71,6 +76,8 @@ class MembershipClient {
   std::string lease_id_ ABSL_GUARDED_BY(mutex_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mutex_) =
       absl::Milliseconds(500);
+  // Events not yet delivered (only the membership thread touches them).
+  std::vector<v1::PrefixCacheEvent> unsent_events_;
   std::thread thread_;
 };
 

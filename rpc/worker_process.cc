@@ -67,9 +67,13 @@ class DrainState {
 
 }  // namespace
 
-int RunWorkerProcess(const WorkerProcessOptions& options) {
+std::string WorkerIdFromFlags(v1::WorkerRole role) {
   std::string worker_id = absl::GetFlag(FLAGS_worker_id);
-  if (worker_id.empty()) worker_id = DefaultWorkerId(options.role);
+  return worker_id.empty() ? DefaultWorkerId(role) : worker_id;
+}
+
+int RunWorkerProcess(const WorkerProcessOptions& options) {
+  const std::string worker_id = WorkerIdFromFlags(options.role);
   SetLogTag(worker_id);
 
   GrpcServerOptions server_options;
@@ -82,7 +86,21 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     return 1;
   }
 
+  const std::string advertised = absl::GetFlag(FLAGS_advertise_address).empty()
+                                     ? (*server)->address()
+                                     : absl::GetFlag(FLAGS_advertise_address);
+  if (options.on_serving) {
+    if (absl::Status ready = options.on_serving(advertised); !ready.ok()) {
+      PD_LOG(ERROR) << "cannot start serving: " << ready;
+      return 1;
+    }
+  }
+
   DrainState drain;
+  auto begin_drain = [&](absl::Duration deadline) {
+    drain.Begin(deadline);
+    if (options.on_drain) options.on_drain();
+  };
   std::unique_ptr<MembershipClient> membership;
   if (const std::string router = absl::GetFlag(FLAGS_router); !router.empty()) {
     MembershipClientOptions membership_options;
@@ -92,22 +110,26 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     registration.set_instance_id(
         absl::StrCat(worker_id, "@", absl::ToUnixMicros(absl::Now())));
     registration.set_role(options.role);
-    const std::string advertised = absl::GetFlag(FLAGS_advertise_address);
-    registration.set_grpc_address(advertised.empty() ? (*server)->address()
-                                                     : advertised);
-    // KV transports are advertised once the worker has a KV pool to offer
-    // (serving path); until then it offers none.
+    registration.set_grpc_address(advertised);
+    *registration.mutable_model() = options.model;
+    for (v1::TransportKind kind : options.transports) {
+      registration.add_transports(kind);
+    }
+    registration.set_max_running_sequences(options.max_running_sequences);
+    registration.set_max_batch_tokens(options.max_batch_tokens);
     membership_options.report_status = [&] {
       WorkerStatusReport report;
       report.state = drain.draining() ? v1::WORKER_STATE_DRAINING
                                       : v1::WORKER_STATE_SERVING;
       report.inflight_requests = options.inflight_requests();
+      if (options.load) report.load = options.load();
+      if (options.take_events) report.events = options.take_events();
       return report;
     };
     membership_options.on_drain = [&](absl::Duration deadline) {
       PD_LOG(INFO) << "router asked us to drain within "
                    << absl::FormatDuration(deadline);
-      drain.Begin(deadline);
+      begin_drain(deadline);
     };
     absl::StatusOr<std::unique_ptr<MembershipClient>> client =
         MembershipClient::Start(std::move(membership_options));
@@ -132,7 +154,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     if (std::optional<int> signal =
             WaitForTerminationSignal(absl::Milliseconds(100))) {
       PD_LOG(INFO) << "signal " << *signal << ": draining";
-      drain.Begin(absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms)));
+      begin_drain(absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms)));
     }
   }
   // No new work from here on; the router sees DRAINING with the next

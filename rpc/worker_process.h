@@ -14,9 +14,12 @@
 #define PDSERVE_RPC_WORKER_PROCESS_H_
 
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "proto/common.pb.h"
+#include "proto/membership.pb.h"
 
 namespace grpc {
 class Service;
@@ -30,7 +33,26 @@ struct WorkerProcessOptions {
   std::vector<grpc::Service*> services;
   // Number of requests still being worked on; the drain waits for zero.
   std::function<uint32_t()> inflight_requests = [] { return 0u; };
+  // Called once the server is bound, before it reports SERVING, with the
+  // address peers dial (the advertised one). An error stops the process.
+  std::function<absl::Status(const std::string& address)> on_serving;
+  // Called when draining begins (SIGTERM or the router's command): the
+  // services refuse new work from then on.
+  std::function<void()> on_drain;
+  // What the worker registers with: its model (with its KV layout) and the
+  // KV transports it speaks, most preferred first.
+  v1::ModelInfo model;
+  std::vector<v1::TransportKind> transports;
+  uint32_t max_running_sequences = 0;
+  uint32_t max_batch_tokens = 0;
+  // Sampled before each heartbeat: load, and prefix-cache events since the
+  // previous call (for the router's KV-aware routing).
+  std::function<v1::WorkerLoad()> load;
+  std::function<std::vector<v1::PrefixCacheEvent>()> take_events;
 };
+
+// The worker id: --worker_id, or ROLE-HOST-PID when unset.
+std::string WorkerIdFromFlags(v1::WorkerRole role);
 
 // Parses nothing itself: call absl::ParseCommandLine first. Returns the
 // process exit code.

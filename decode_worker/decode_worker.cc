@@ -1,0 +1,473 @@
+#include "decode_worker/decode_worker.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "engine/proto_conversion.h"
+#include "kv_transfer/kv_block_transfer.h"
+
+namespace pdserve::decode_worker {
+
+// Admissions reserve their blocks in the engine's own KV cache.
+class DecodeWorker::EngineReserver : public KvReserver {
+ public:
+  explicit EngineReserver(engine::LlmEngine* engine) : engine_(engine) {}
+  absl::StatusOr<Reservation> Reserve(
+      absl::Span<const int32_t> tokens) override {
+    PD_ASSIGN_OR_RETURN(engine::TransferReservation r,
+                        engine_->ReserveTransfer(tokens));
+    Reservation out;
+    out.handle = r.id;
+    out.cached_tokens = static_cast<uint32_t>(r.cached_tokens);
+    out.blocks = std::move(r.blocks);
+    return out;
+  }
+  void Free(int64_t handle) override { engine_->ReleaseTransfer(handle); }
+
+ private:
+  engine::LlmEngine* const engine_;
+};
+
+DecodeWorker::DecodeWorker(const model::Model& model,
+                           const DecodeWorkerOptions& options)
+    : model_(model), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
+    const model::Model& model, const DecodeWorkerOptions& options) {
+  if (options.worker_id.empty()) {
+    return absl::InvalidArgumentError("a decode worker needs a worker id");
+  }
+  std::unique_ptr<DecodeWorker> w(new DecodeWorker(model, options));
+  PD_ASSIGN_OR_RETURN(w->engine_,
+                      engine::LlmEngine::Create(model, options.engine));
+  PD_ASSIGN_OR_RETURN(w->transport_,
+                      kv_transfer::CreateKvTransport(options.transport));
+  engine::KvCachePool& pool = w->engine_->runner().backend().kv_pool();
+  PD_ASSIGN_OR_RETURN(
+      w->region_, w->transport_->RegisterRegion(pool.base(), pool.size_bytes(),
+                                                v1::MEMORY_KIND_HOST, 0));
+  PD_ASSIGN_OR_RETURN(w->region_descriptor_,
+                      w->transport_->ExportRegion(w->region_));
+  w->reserver_ = std::make_unique<EngineReserver>(w->engine_.get());
+  return w;
+}
+
+DecodeWorker::~DecodeWorker() {
+  stop_.Notify();
+  if (engine_thread_.joinable()) engine_thread_.join();
+  if (sweep_thread_.joinable()) sweep_thread_.join();
+  // Nothing steps any more: end every open stream so no caller waits.
+  absl::flat_hash_map<engine::RequestId, std::shared_ptr<Decode>> open;
+  {
+    absl::MutexLock lock(&mu_);
+    open.swap(decodes_);
+  }
+  for (auto& [id, d] : open) {
+    if (d->sink.on_end) {
+      d->sink.on_end(absl::UnavailableError("decode worker shutting down"));
+    }
+  }
+  admissions_.reset();
+  engine_.reset();
+  if (transport_ != nullptr && region_ != 0) {
+    transport_->DeregisterRegion(region_).IgnoreError();
+  }
+}
+
+absl::Status DecodeWorker::Start(const std::string& address) {
+  KvAdmissionsOptions options;
+  options.worker_id = options_.worker_id;
+  options.notify_address = address;
+  options.layout = engine_->runner().kv_layout();
+  options.region = region_descriptor_;
+  options.time_to_live = options_.admission_ttl;
+  options.quarantine = options_.quarantine;
+  PD_ASSIGN_OR_RETURN(admissions_,
+                      KvAdmissions::Create(options, reserver_.get()));
+  engine_thread_ = std::thread([this] { EngineLoop(); });
+  sweep_thread_ = std::thread([this] { SweepLoop(); });
+  return absl::OkStatus();
+}
+
+void DecodeWorker::BeginDrain() { draining_ = true; }
+
+void DecodeWorker::EngineLoop() {
+  while (!stop_.HasBeenNotified()) {
+    if (!engine_->WaitForWork(absl::Milliseconds(50))) continue;
+    if (absl::Status s = engine_->Step(); !s.ok()) {
+      PD_LOG(ERROR) << "engine step failed: " << s;
+    }
+  }
+}
+
+void DecodeWorker::SweepLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+    const absl::Time now = absl::Now();
+    std::vector<std::string> expired = admissions_->Expire(now);
+    std::vector<int64_t> unused;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const std::string& id : expired) transfers_.erase(id);
+      for (auto it = transfers_.begin(); it != transfers_.end();) {
+        if (it->second.verified &&
+            now - it->second.verified_at > options_.admission_ttl) {
+          PD_LOG(WARNING) << "transfer " << it->first << " of request "
+                          << it->second.request_id
+                          << " was never decoded; freeing its blocks";
+          unused.push_back(it->second.reservation);
+          transfers_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (int64_t id : unused) engine_->ReleaseTransfer(id);
+  }
+}
+
+absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
+    const v1::AdmitRequest& request) {
+  if (draining_) return absl::UnavailableError("decode worker is draining");
+  if (request.token_ids().empty() ||
+      request.num_prompt_tokens() >
+          static_cast<uint32_t>(request.token_ids_size())) {
+    return absl::InvalidArgumentError(
+        "admission needs token ids and a prompt length within them");
+  }
+  const v1::KvLayout& mine = engine_->runner().kv_layout();
+  if (request.has_writer_layout()) {
+    if (absl::Status same = kv_transfer::CheckKvLayoutsCompatible(
+            request.writer_layout(), mine);
+        !same.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the prefill worker's KV layout does not match this worker's: ",
+          same.message()));
+    }
+  }
+  if (!request.writer_transports().empty()) {
+    bool common = false;
+    for (int kind : request.writer_transports()) {
+      common |= kind == transport_->kind();
+    }
+    if (!common) {
+      return absl::FailedPreconditionError(
+          "no KV transport in common with the prefill worker");
+    }
+  }
+  std::vector<int32_t> tokens = engine::ToTokens(request.token_ids());
+  PD_ASSIGN_OR_RETURN(
+      v1::KvTransferTarget target,
+      admissions_->Admit(request.request_id(), request.attempt(), tokens,
+                         absl::Now()));
+  Transfer transfer;
+  transfer.request_id = request.request_id();
+  transfer.attempt = request.attempt();
+  transfer.tokens = std::move(tokens);
+  transfer.num_prompt_tokens = request.num_prompt_tokens();
+  {
+    absl::MutexLock lock(&mu_);
+    transfers_[target.transfer_id()] = std::move(transfer);
+  }
+  v1::AdmitResponse response;
+  *response.mutable_target() = std::move(target);
+  return response;
+}
+
+absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
+    const v1::KvTransferComplete& notice) {
+  const absl::Time start = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = transfers_.find(notice.transfer_id());
+    if (it == transfers_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no transfer ", notice.transfer_id(), " (expired or released)"));
+    }
+    if (it->second.verified) return v1::CompleteTransferResponse();
+  }
+  PD_ASSIGN_OR_RETURN(v1::KvTransferTarget target,
+                      admissions_->Find(notice.transfer_id()));
+  // The transport also delivers the notice, after every write to this
+  // worker; take it so the mailbox does not grow (its copy is the same).
+  transport_->AwaitNotice(notice.transfer_id(), absl::Now() + absl::Seconds(1))
+      .IgnoreError();
+  engine::KvCachePool& pool = engine_->runner().backend().kv_pool();
+  absl::Status verified = kv_transfer::VerifyKvTransfer(
+      notice, target, pool.base(), pool.geometry());
+  if (!verified.ok()) {
+    PD_LOG(WARNING) << "transfer " << notice.transfer_id() << " of request "
+                    << notice.request_id() << " refused: " << verified;
+    admissions_
+        ->Release(notice.transfer_id(), /*writes_quiesced=*/true, absl::Now())
+        .IgnoreError();
+    absl::MutexLock lock(&mu_);
+    transfers_.erase(notice.transfer_id());
+    ++checksum_failures_;
+    return verified;
+  }
+  PD_ASSIGN_OR_RETURN(int64_t reservation,
+                      admissions_->Claim(notice.transfer_id()));
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = transfers_.find(notice.transfer_id());
+    if (it == transfers_.end()) {
+      // Released concurrently: the blocks are ours to free.
+      engine_->ReleaseTransfer(reservation);
+      return absl::NotFoundError(
+          absl::StrCat("transfer ", notice.transfer_id(), " was released"));
+    }
+    it->second.verified = true;
+    it->second.reservation = reservation;
+    it->second.verified_at = absl::Now();
+  }
+  v1::CompleteTransferResponse response;
+  response.set_verify_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
+  return response;
+}
+
+absl::Status DecodeWorker::StartDecode(const v1::StartDecodeRequest& request,
+                                       DecodeSink sink) {
+  if (draining_) return absl::UnavailableError("decode worker is draining");
+  auto decode = std::make_shared<Decode>();
+  decode->request_id = request.request_id();
+  decode->attempt = request.attempt();
+  decode->sink = std::move(sink);
+  decode->started = absl::Now();
+
+  engine::EngineRequest er;
+  er.sampling = engine::FromProto(request.sampling());
+  er.generated = engine::ToTokens(request.generated_token_ids());
+  switch (request.kv_source_case()) {
+    case v1::StartDecodeRequest::kTransferId: {
+      absl::MutexLock lock(&mu_);
+      auto it = transfers_.find(request.transfer_id());
+      if (it == transfers_.end()) {
+        return absl::NotFoundError(
+            absl::StrCat("no transfer ", request.transfer_id()));
+      }
+      Transfer& t = it->second;
+      if (!t.verified) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "transfer ", request.transfer_id(), " is not complete"));
+      }
+      if (t.request_id != request.request_id()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "transfer ", request.transfer_id(), " belongs to another request"));
+      }
+      // The admitted tokens must be prompt + generated but the last.
+      std::vector<int32_t> expected(t.tokens.begin(),
+                                    t.tokens.begin() + t.num_prompt_tokens);
+      if (!er.generated.empty()) {
+        expected.insert(expected.end(), er.generated.begin(),
+                        er.generated.end() - 1);
+      }
+      if (er.generated.empty() || expected != t.tokens) {
+        return absl::InvalidArgumentError(
+            "generated_token_ids do not continue the admitted tokens");
+      }
+      er.prompt.assign(t.tokens.begin(),
+                       t.tokens.begin() + t.num_prompt_tokens);
+      er.transferred = t.reservation;
+      decode->num_prompt_tokens = t.num_prompt_tokens;
+      transfers_.erase(it);
+      break;
+    }
+    case v1::StartDecodeRequest::kLocalPrefill:
+      er.prompt = engine::ToTokens(request.local_prefill().prompt_token_ids());
+      decode->num_prompt_tokens = er.prompt.size();
+      decode->local_prefill = true;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "StartDecode needs a transfer_id or a local_prefill");
+  }
+  const std::optional<engine::RequestId> reservation = er.transferred;
+  er.on_output = [this, decode](const engine::RequestOutput& out) {
+    OnOutput(decode, out);
+  };
+  absl::StatusOr<engine::RequestId> id = engine_->AddRequest(std::move(er));
+  if (!id.ok()) {
+    if (reservation.has_value()) engine_->ReleaseTransfer(*reservation);
+    return id.status();
+  }
+  absl::MutexLock lock(&mu_);
+  decode->engine_id = *id;
+  if (!decode->finished) decodes_[*id] = decode;
+  return absl::OkStatus();
+}
+
+void DecodeWorker::OnOutput(const std::shared_ptr<Decode>& decode,
+                            const engine::RequestOutput& out) {
+  const absl::Time now = absl::Now();
+  Decode& d = *decode;
+  if (!out.token_ids.empty()) {
+    if (d.outputs == 0) d.first_output = now;
+    d.last_output = now;
+    ++d.outputs;
+  }
+  const bool last = out.finish != engine::RequestFinish::kNone;
+  if (last) {
+    absl::MutexLock lock(&mu_);
+    d.finished = true;
+    decodes_.erase(out.id);
+  }
+  if (out.finish == engine::RequestFinish::kError) {
+    PD_LOG(WARNING) << "request " << d.request_id << " failed: " << out.error;
+    if (d.sink.on_end) {
+      d.sink.on_end(out.error.ok() ? absl::InternalError("decode failed")
+                                   : out.error);
+    }
+    return;
+  }
+  v1::DecodeChunk chunk;
+  chunk.set_request_id(d.request_id);
+  for (int32_t t : out.token_ids) chunk.add_token_ids(t);
+  chunk.set_text(out.text);
+  for (const engine::SampleResult& s : out.logprobs) {
+    *chunk.add_logprobs() = engine::ToProto(s, model_.tokenizer());
+  }
+  chunk.set_generated_offset(out.generated_offset);
+  if (last) {
+    switch (out.finish) {
+      case engine::RequestFinish::kStop:
+        chunk.set_finish_reason(v1::FINISH_REASON_STOP);
+        break;
+      case engine::RequestFinish::kLength:
+        chunk.set_finish_reason(v1::FINISH_REASON_LENGTH);
+        break;
+      default:
+        chunk.set_finish_reason(v1::FINISH_REASON_CANCELLED);
+        break;
+    }
+    if (out.stop_token_id.has_value()) {
+      chunk.set_stop_token_id(*out.stop_token_id);
+    } else if (out.stop_string.has_value()) {
+      chunk.set_stop_string(*out.stop_string);
+    }
+    v1::Usage* usage = chunk.mutable_usage();
+    usage->set_prompt_tokens(d.num_prompt_tokens);
+    usage->set_completion_tokens(out.completion_tokens);
+    if (d.local_prefill) usage->set_cached_prompt_tokens(out.cached_tokens);
+    v1::DecodeTiming* timing = chunk.mutable_timing();
+    timing->set_decode_worker_id(options_.worker_id);
+    if (d.outputs > 0) {
+      timing->set_decode_ms(
+          absl::ToDoubleMilliseconds(d.last_output - d.started));
+      if (d.outputs > 1) {
+        timing->set_tpot_ms(
+            absl::ToDoubleMilliseconds(d.last_output - d.first_output) /
+            (d.outputs - 1));
+      }
+    }
+    if (d.local_prefill) {
+      timing->set_local_cached_tokens(out.cached_tokens);
+      if (d.outputs > 0) {
+        timing->set_local_prefill_ms(
+            absl::ToDoubleMilliseconds(d.first_output - d.started));
+      }
+    }
+  }
+  if (d.sink.on_chunk) d.sink.on_chunk(chunk);
+  if (last && d.sink.on_end) d.sink.on_end(absl::OkStatus());
+}
+
+v1::ReleaseResponse DecodeWorker::Release(const v1::ReleaseRequest& request) {
+  v1::ReleaseResponse response;
+  std::optional<int64_t> verified;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = transfers_.find(request.transfer_id());
+    if (it == transfers_.end()) return response;
+    if (it->second.verified) verified = it->second.reservation;
+    transfers_.erase(it);
+  }
+  response.set_found(true);
+  if (verified.has_value()) {
+    engine_->ReleaseTransfer(*verified);
+  } else {
+    admissions_
+        ->Release(request.transfer_id(), request.writes_quiesced(), absl::Now())
+        .IgnoreError();
+  }
+  return response;
+}
+
+v1::CancelResponse DecodeWorker::Cancel(const v1::CancelRequest& request) {
+  v1::CancelResponse response;
+  auto matches = [&](const std::string& request_id, uint32_t attempt) {
+    return request_id == request.request_id() &&
+           (request.attempt() == 0 || attempt == request.attempt());
+  };
+  std::vector<engine::RequestId> running;
+  std::vector<std::string> admitted;
+  std::vector<int64_t> verified;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, d] : decodes_) {
+      if (matches(d->request_id, d->attempt)) running.push_back(id);
+    }
+    for (auto it = transfers_.begin(); it != transfers_.end();) {
+      if (matches(it->second.request_id, it->second.attempt)) {
+        if (it->second.verified) {
+          verified.push_back(it->second.reservation);
+        } else {
+          admitted.push_back(it->first);
+        }
+        transfers_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (engine::RequestId id : running) engine_->Cancel(id);
+  for (int64_t id : verified) engine_->ReleaseTransfer(id);
+  for (const std::string& id : admitted) {
+    // The writer may still be running: its blocks wait out the quarantine.
+    admissions_->Release(id, /*writes_quiesced=*/false, absl::Now())
+        .IgnoreError();
+  }
+  response.set_found(!running.empty() || !admitted.empty() ||
+                     !verified.empty());
+  return response;
+}
+
+v1::ModelInfo DecodeWorker::model_info() const {
+  return engine::ModelInfoFor(model_, engine_->runner().kv_layout());
+}
+
+std::vector<v1::TransportKind> DecodeWorker::transports() const {
+  return {transport_->kind()};
+}
+
+const engine::KvBlockManager& DecodeWorker::blocks() const {
+  return engine_->runner().blocks();
+}
+
+v1::WorkerLoad DecodeWorker::Load() {
+  const engine::KvBlockManagerStats kv = blocks().stats();
+  const KvAdmissionStats admitted =
+      admissions_ != nullptr ? admissions_->stats() : KvAdmissionStats();
+  v1::WorkerLoad load;
+  load.set_free_kv_blocks(kv.free_blocks);
+  load.set_total_kv_blocks(kv.total_blocks);
+  load.set_reserved_kv_blocks(admitted.reserved_blocks +
+                              admitted.quarantined_blocks);
+  load.set_inflight_transfers(admitted.admissions);
+  absl::MutexLock lock(&mu_);
+  load.set_running_sequences(decodes_.size());
+  return load;
+}
+
+std::vector<v1::PrefixCacheEvent> DecodeWorker::TakeEvents() {
+  return engine::ToProto(engine_->runner().blocks().TakeEvents());
+}
+
+uint32_t DecodeWorker::inflight() {
+  absl::MutexLock lock(&mu_);
+  return decodes_.size() + transfers_.size();
+}
+
+}  // namespace pdserve::decode_worker
