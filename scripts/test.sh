@@ -13,6 +13,8 @@
 # Exits non-zero when anything failed.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Exports PDSERVE_PYTHON (the venv setup.sh makes), for the client checks.
+source "$(dirname "${BASH_SOURCE[0]}")/python_env.sh"
 cd "$(repo_root)"
 
 bash scripts/setup.sh || die "setup failed"
