@@ -1,0 +1,57 @@
+// The PrefillWorker gRPC service (proto/worker.proto), a thin translation to
+// PrefillWorker (prefill_worker.h); and GrpcTransferCompleter, which
+// delivers completion notices with DecodeWorker.CompleteTransfer.
+//
+// Prefill answers asynchronously: the reactor finishes from the worker's
+// thread once the transfer is complete, so no gRPC thread waits.
+//
+// Ownership: borrows the worker. Thread-safety: as the gRPC library calls
+// it; GrpcTransferCompleter is thread-safe.
+#ifndef PDSERVE_PREFILL_WORKER_PREFILL_SERVICE_H_
+#define PDSERVE_PREFILL_WORKER_PREFILL_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "prefill_worker/prefill_worker.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace pdserve::prefill_worker {
+
+class PrefillService final : public v1::PrefillWorker::CallbackService {
+ public:
+  explicit PrefillService(PrefillWorker* worker) : worker_(worker) {}
+
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
+                                    const v1::PrefillRequest* request,
+                                    v1::PrefillResponse* response) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
+                                   const v1::CancelRequest* request,
+                                   v1::CancelResponse* response) override;
+
+ private:
+  PrefillWorker* const worker_;
+};
+
+// Calls DecodeWorker.CompleteTransfer at the notice's address, keeping one
+// channel per decode worker.
+class GrpcTransferCompleter : public TransferCompleter {
+ public:
+  absl::Status Complete(const std::string& notify_address,
+                        const v1::KvTransferComplete& notice,
+                        absl::Time deadline) override;
+
+ private:
+  v1::DecodeWorker::Stub* StubFor(const std::string& address);
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::DecodeWorker::Stub>>
+      stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pdserve::prefill_worker
+
+#endif  // PDSERVE_PREFILL_WORKER_PREFILL_SERVICE_H_

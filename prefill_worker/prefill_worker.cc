@@ -1,0 +1,524 @@
+#include "prefill_worker/prefill_worker.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "engine/proto_conversion.h"
+#include "engine/token_stream.h"
+#include "kv_transfer/kv_block_transfer.h"
+
+namespace pdserve::prefill_worker {
+
+struct PrefillWorker::Job {
+  v1::PrefillRequest request;
+  PrefillDone done;
+  absl::Time deadline;
+  engine::SeqId seq = 0;
+  std::vector<int32_t> tokens;  // prompt + replayed tokens
+  bool in_runner = false;
+  std::unique_ptr<engine::TokenStream> stream;
+  std::unique_ptr<kv_transfer::KvTransferWriter> writer;
+  // A failed layer write; the job fails after its pass.
+  absl::Status write_error;
+  int32_t cached = 0;
+  absl::Time received;
+  absl::Time started;
+  absl::Time first_post;
+  absl::Time sampled;
+  v1::PrefillResponse response;
+};
+
+PrefillWorker::PrefillWorker(const model::Model& model,
+                             const PrefillWorkerOptions& options,
+                             TransferCompleter* completer)
+    : model_(model), options_(options), completer_(completer) {}
+
+absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
+    const model::Model& model, const PrefillWorkerOptions& options,
+    TransferCompleter* completer) {
+  if (options.worker_id.empty() || completer == nullptr) {
+    return absl::InvalidArgumentError(
+        "a prefill worker needs a worker id and a transfer completer");
+  }
+  std::unique_ptr<PrefillWorker> w(
+      new PrefillWorker(model, options, completer));
+  PD_ASSIGN_OR_RETURN(w->runner_,
+                      engine::ModelRunner::Create(model, options.runner));
+  PD_ASSIGN_OR_RETURN(w->transport_,
+                      kv_transfer::CreateKvTransport(options.transport));
+  engine::KvCachePool& pool = w->runner_->backend().kv_pool();
+  PD_ASSIGN_OR_RETURN(
+      w->region_, w->transport_->RegisterRegion(pool.base(), pool.size_bytes(),
+                                                v1::MEMORY_KIND_HOST, 0));
+  w->peers_ = std::make_unique<PeerRegionCache>(w->transport_.get(),
+                                                options.peer_region_capacity);
+  const model::Tokenizer& tok = model.tokenizer();
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (tok.IsEndOfGeneration(id)) w->eos_ids_.push_back(id);
+  }
+  return w;
+}
+
+PrefillWorker::~PrefillWorker() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    wake_.SignalAll();
+    finisher_wake_.SignalAll();
+  }
+  for (std::thread& t : threads_) t.join();
+  std::deque<std::unique_ptr<Job>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    left.swap(queue_);
+  }
+  for (auto& job : left) {
+    job->done(absl::UnavailableError("prefill worker shutting down"));
+  }
+  for (auto& job : active_) {
+    job->writer.reset();
+    job->done(absl::UnavailableError("prefill worker shutting down"));
+  }
+  active_.clear();
+  peers_.reset();
+  runner_.reset();
+  if (region_ != 0) transport_->DeregisterRegion(region_).IgnoreError();
+}
+
+void PrefillWorker::Start() {
+  threads_.emplace_back([this] { SchedulerLoop(); });
+  for (int i = 0; i < std::max(1, options_.finisher_threads); ++i) {
+    threads_.emplace_back([this] { FinisherLoop(); });
+  }
+}
+
+void PrefillWorker::BeginDrain() { draining_ = true; }
+
+absl::Status PrefillWorker::Prefill(const v1::PrefillRequest& request,
+                                    absl::Time deadline, PrefillDone done) {
+  if (draining_) return absl::UnavailableError("prefill worker is draining");
+  auto job = std::make_unique<Job>();
+  job->tokens = engine::ToTokens(request.prompt_token_ids());
+  if (job->tokens.empty()) {
+    return absl::InvalidArgumentError("the prompt is empty");
+  }
+  job->tokens.insert(job->tokens.end(), request.generated_token_ids().begin(),
+                     request.generated_token_ids().end());
+  const int32_t vocab = runner_->vocab_size();
+  for (int32_t t : job->tokens) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", t, " is outside the vocabulary of ", vocab));
+    }
+  }
+  if (static_cast<int64_t>(job->tokens.size()) >= runner_->context_length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(job->tokens.size(),
+                     " tokens leave no room to generate in "
+                     "a context of ",
+                     runner_->context_length()));
+  }
+  if (request.has_target() &&
+      request.target().num_tokens() != job->tokens.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the target holds ", request.target().num_tokens(),
+                     " tokens, the request has ", job->tokens.size()));
+  }
+  engine::TokenStreamOptions stream_options;
+  stream_options.tokenizer = &model_.tokenizer();
+  stream_options.sampling = engine::FromProto(request.sampling());
+  stream_options.eos_ids = eos_ids_;
+  stream_options.context_length = runner_->context_length();
+  stream_options.vocab_size = vocab;
+  const size_t prompt_length = request.prompt_token_ids_size();
+  PD_ASSIGN_OR_RETURN(
+      job->stream,
+      engine::TokenStream::Create(
+          stream_options,
+          absl::MakeConstSpan(job->tokens).subspan(0, prompt_length),
+          absl::MakeConstSpan(job->tokens).subspan(prompt_length)));
+  job->request = request;
+  job->done = std::move(done);
+  job->deadline = deadline;
+  job->received = absl::Now();
+
+  absl::MutexLock lock(&mu_);
+  if (inflight_ >= options_.max_queued_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prefill queue full (", options_.max_queued_requests, " requests)"));
+  }
+  job->seq = next_seq_++;
+  queued_tokens_ += job->tokens.size();
+  ++inflight_;
+  // Higher priority first; FIFO among equals.
+  auto at = std::find_if(queue_.begin(), queue_.end(), [&](const auto& q) {
+    return q->request.priority() < request.priority();
+  });
+  queue_.insert(at, std::move(job));
+  wake_.SignalAll();
+  return absl::OkStatus();
+}
+
+v1::CancelResponse PrefillWorker::Cancel(const v1::CancelRequest& request) {
+  v1::CancelResponse response;
+  absl::MutexLock lock(&mu_);
+  cancels_.emplace_back(request.request_id(), request.attempt());
+  wake_.SignalAll();
+  // Whether anything is found is known on the scheduler thread; the queue
+  // is what can be answered now.
+  for (const auto& job : queue_) {
+    if (job->request.request_id() == request.request_id()) {
+      response.set_found(true);
+    }
+  }
+  return response;
+}
+
+void PrefillWorker::FailJob(std::unique_ptr<Job> job,
+                            const absl::Status& status) {
+  if (job->writer != nullptr) {
+    job->writer->Abort();
+    job->writer.reset();
+  }
+  if (job->in_runner) runner_->Release(job->seq);
+  {
+    absl::MutexLock lock(&mu_);
+    --inflight_;
+    if (job->sampled == absl::Time()) queued_tokens_ -= job->tokens.size();
+  }
+  job->done(absl::Status(
+      status.code(), absl::StrCat("request ", job->request.request_id(), ": ",
+                                  status.message())));
+}
+
+void PrefillWorker::AdmitJobs(int32_t* budget) {
+  while (*budget > 0) {
+    std::unique_ptr<Job> job;
+    {
+      absl::MutexLock lock(&mu_);
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (absl::Now() > job->deadline) {
+      FailJob(std::move(job),
+              absl::DeadlineExceededError("deadline passed while queued"));
+      continue;
+    }
+    const int32_t prompt_length = job->request.prompt_token_ids_size();
+    absl::StatusOr<int32_t> cached =
+        runner_->AddSequence(job->seq, job->tokens, prompt_length);
+    if (!cached.ok()) {
+      FailJob(std::move(job), cached.status());
+      continue;
+    }
+    job->in_runner = true;
+    job->cached = *cached;
+    const int32_t total = job->tokens.size();
+    if (!runner_->blocks().CanReserve(job->seq, total)) {
+      runner_->Release(job->seq);
+      job->in_runner = false;
+      if (active_.empty() && runner_->blocks().num_used_blocks() == 0) {
+        FailJob(std::move(job),
+                absl::ResourceExhaustedError(
+                    "the prompt needs more KV blocks than the cache has"));
+        continue;
+      }
+      // Wait for running prompts and transfers to give blocks back.
+      absl::MutexLock lock(&mu_);
+      queue_.push_front(std::move(job));
+      return;
+    }
+    absl::Status reserved = runner_->blocks().Reserve(job->seq, total);
+    if (reserved.ok() && job->request.has_target()) {
+      const v1::KvTransferTarget& target = job->request.target();
+      absl::StatusOr<kv_transfer::PeerRegionId> remote =
+          peers_->Get(target.region());
+      if (!remote.ok()) {
+        reserved = remote.status();
+      } else {
+        kv_transfer::KvTransferWriterOptions w;
+        w.transport = transport_.get();
+        w.local_region = region_;
+        w.local_pool = runner_->backend().kv_pool().base();
+        w.local_layout = runner_->kv_layout();
+        w.local_block_ids.clear();
+        for (engine::BlockId b : runner_->blocks().CopyBlockTable(job->seq)) {
+          w.local_block_ids.push_back(b);
+        }
+        w.target = target;
+        w.remote_region = *remote;
+        w.prefill_worker_id = options_.worker_id;
+        w.deadline = job->deadline;
+        absl::StatusOr<std::unique_ptr<kv_transfer::KvTransferWriter>> writer =
+            kv_transfer::KvTransferWriter::Create(std::move(w));
+        if (writer.ok()) {
+          job->writer = std::move(writer).value();
+        } else {
+          reserved = writer.status();
+        }
+      }
+    }
+    if (!reserved.ok()) {
+      FailJob(std::move(job), reserved);
+      continue;
+    }
+    job->started = absl::Now();
+    *budget -= std::min(*budget, total - job->cached);
+    active_.push_back(std::move(job));
+  }
+}
+
+void PrefillWorker::SchedulerLoop() {
+  std::vector<engine::ModelRunner::StepItem> items;
+  for (;;) {
+    std::vector<engine::SeqId> releases;
+    std::vector<std::pair<std::string, uint32_t>> cancels;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      releases.swap(to_release_);
+      cancels.swap(cancels_);
+    }
+    for (engine::SeqId seq : releases) runner_->Release(seq);
+    if (!cancels.empty()) {
+      auto matches = [&](const Job& job) {
+        for (const auto& [id, attempt] : cancels) {
+          if (job.request.request_id() == id &&
+              (attempt == 0 || job.request.attempt() == attempt)) {
+            return true;
+          }
+        }
+        return false;
+      };
+      std::deque<std::unique_ptr<Job>> queued;
+      {
+        absl::MutexLock lock(&mu_);
+        for (auto& job : queue_) {
+          if (matches(*job)) queued.push_back(std::move(job));
+        }
+        queue_.erase(std::remove(queue_.begin(), queue_.end(), nullptr),
+                     queue_.end());
+      }
+      for (auto& job : queued) {
+        FailJob(std::move(job), absl::CancelledError("cancelled"));
+      }
+      for (auto& job : active_) {
+        if (matches(*job)) {
+          FailJob(std::move(job), absl::CancelledError("cancelled"));
+        }
+      }
+      active_.erase(std::remove(active_.begin(), active_.end(), nullptr),
+                    active_.end());
+    }
+
+    int32_t budget = runner_->max_batch_tokens();
+    // Jobs already in the batch take their next chunk first.
+    items.clear();
+    for (const auto& job : active_) {
+      const int32_t computed = runner_->num_computed(job->seq);
+      const int32_t remaining =
+          static_cast<int32_t>(job->tokens.size()) - computed;
+      const int32_t n = std::min(remaining, budget);
+      if (n <= 0) break;
+      items.push_back({job->seq, n,
+                       n == remaining ? engine::LogitsMode::kLast
+                                      : engine::LogitsMode::kNone});
+      budget -= n;
+    }
+    const size_t before = active_.size();
+    int32_t room = budget;
+    AdmitJobs(&room);
+    for (size_t i = before; i < active_.size() && budget > 0; ++i) {
+      const Job& job = *active_[i];
+      const int32_t remaining =
+          static_cast<int32_t>(job.tokens.size()) - job.cached;
+      const int32_t n = std::min(remaining, budget);
+      items.push_back({job.seq, n,
+                       n == remaining ? engine::LogitsMode::kLast
+                                      : engine::LogitsMode::kNone});
+      budget -= n;
+    }
+    if (items.empty()) {
+      absl::MutexLock lock(&mu_);
+      if (queue_.empty() && to_release_.empty() && cancels_.empty() && !stop_) {
+        wake_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+      } else if (!to_release_.empty() || !cancels_.empty() || stop_) {
+        // Go round again at once.
+      } else {
+        // Queued work waits for blocks held by transfers in flight.
+        wake_.WaitWithTimeout(&mu_, absl::Milliseconds(5));
+      }
+      continue;
+    }
+
+    // Jobs whose prompt completes in this pass, in item order.
+    std::vector<Job*> completing;
+    for (const auto& item : items) {
+      if (item.logits != engine::LogitsMode::kLast) continue;
+      for (const auto& job : active_) {
+        if (job->seq == item.id) completing.push_back(job.get());
+      }
+    }
+    auto on_layer = [&](int layer) {
+      for (Job* job : completing) {
+        if (job->writer == nullptr || !job->write_error.ok()) continue;
+        if (job->first_post == absl::Time()) job->first_post = absl::Now();
+        job->write_error = job->writer->WriteLayer(layer);
+      }
+    };
+    absl::Status ran = runner_->Run(items, &logits_, on_layer);
+    if (!ran.ok()) {
+      for (auto& job : active_) {
+        bool in_pass = false;
+        for (const auto& item : items) in_pass |= item.id == job->seq;
+        if (in_pass) FailJob(std::move(job), ran);
+      }
+      active_.erase(std::remove(active_.begin(), active_.end(), nullptr),
+                    active_.end());
+      continue;
+    }
+    const int32_t vocab = runner_->vocab_size();
+    for (size_t row = 0; row < completing.size(); ++row) {
+      Job* job = completing[row];
+      auto it = std::find_if(active_.begin(), active_.end(),
+                             [&](const auto& j) { return j.get() == job; });
+      std::unique_ptr<Job> owned = std::move(*it);
+      active_.erase(it);
+      job->sampled = absl::Now();
+      {
+        absl::MutexLock lock(&mu_);
+        queued_tokens_ -= job->tokens.size();
+      }
+      if (!job->write_error.ok()) {
+        FailJob(std::move(owned), job->write_error);
+        continue;
+      }
+      absl::StatusOr<engine::StreamStep> step = job->stream->Next(
+          absl::MakeConstSpan(logits_).subspan(row * vocab, vocab));
+      if (!step.ok()) {
+        FailJob(std::move(owned), step.status());
+        continue;
+      }
+      v1::PrefillResponse& r = job->response;
+      r.set_request_id(job->request.request_id());
+      r.set_prefill_worker_id(options_.worker_id);
+      r.set_first_token_id(step->token);
+      r.set_text(step->text);
+      if (step->logprob.has_value()) {
+        *r.mutable_logprob() =
+            engine::ToProto(*step->logprob, model_.tokenizer());
+      }
+      if (step->finish != engine::FinishReason::kNone) {
+        r.set_finish_reason(engine::ToProto(step->finish));
+        if (step->stop_token_id.has_value()) {
+          r.set_stop_token_id(*step->stop_token_id);
+        } else if (step->stop_string.has_value()) {
+          r.set_stop_string(*step->stop_string);
+        }
+      }
+      r.set_cached_prefix_tokens(job->cached);
+      r.set_computed_tokens(job->tokens.size() - job->cached);
+      r.mutable_timing()->set_queue_ms(
+          absl::ToDoubleMilliseconds(job->started - job->received));
+      r.mutable_timing()->set_compute_ms(
+          absl::ToDoubleMilliseconds(job->sampled - job->started));
+      absl::MutexLock lock(&mu_);
+      finishing_.push_back(std::move(owned));
+      finisher_wake_.Signal();
+    }
+  }
+}
+
+void PrefillWorker::FinisherLoop() {
+  for (;;) {
+    std::unique_ptr<Job> job;
+    {
+      absl::MutexLock lock(&mu_);
+      while (finishing_.empty() && !stop_) finisher_wake_.Wait(&mu_);
+      if (finishing_.empty()) return;
+      job = std::move(finishing_.front());
+      finishing_.pop_front();
+    }
+    Finish(std::move(job));
+  }
+}
+
+void PrefillWorker::Finish(std::unique_ptr<Job> job) {
+  absl::Status status;
+  if (job->writer != nullptr) {
+    absl::StatusOr<v1::KvTransferComplete> notice = job->writer->Finish();
+    if (notice.ok()) {
+      job->response.set_kv_bytes_sent(notice->bytes_written());
+      status = completer_->Complete(job->request.target().notify_address(),
+                                    *notice, job->deadline);
+    } else {
+      status = notice.status();
+    }
+    if (!status.ok()) {
+      // The decode worker may have restarted under the same region id.
+      peers_->Invalidate(job->request.target().region().region_id());
+    }
+    const absl::Time done = absl::Now();
+    job->response.mutable_timing()->set_transfer_ms(
+        absl::ToDoubleMilliseconds(done - job->first_post));
+    job->response.mutable_timing()->set_transfer_tail_ms(
+        absl::ToDoubleMilliseconds(done - job->sampled));
+    job->writer.reset();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    // The source blocks may be reused only now that no write reads them.
+    to_release_.push_back(job->seq);
+    --inflight_;
+    wake_.SignalAll();
+  }
+  if (status.ok()) {
+    job->done(std::move(job->response));
+  } else {
+    job->done(
+        absl::Status(status.code(),
+                     absl::StrCat("request ", job->request.request_id(),
+                                  ": KV transfer failed: ", status.message())));
+  }
+}
+
+v1::ModelInfo PrefillWorker::model_info() const {
+  return engine::ModelInfoFor(model_, runner_->kv_layout());
+}
+
+std::vector<v1::TransportKind> PrefillWorker::transports() const {
+  return {transport_->kind()};
+}
+
+const engine::KvBlockManager& PrefillWorker::blocks() const {
+  return runner_->blocks();
+}
+
+v1::WorkerLoad PrefillWorker::Load() {
+  const engine::KvBlockManagerStats kv = runner_->blocks().stats();
+  v1::WorkerLoad load;
+  load.set_free_kv_blocks(kv.free_blocks);
+  load.set_total_kv_blocks(kv.total_blocks);
+  absl::MutexLock lock(&mu_);
+  load.set_queued_prefill_tokens(queued_tokens_);
+  load.set_queued_prefill_requests(inflight_);
+  load.set_inflight_transfers(finishing_.size());
+  return load;
+}
+
+std::vector<v1::PrefixCacheEvent> PrefillWorker::TakeEvents() {
+  return engine::ToProto(runner_->blocks().TakeEvents());
+}
+
+uint32_t PrefillWorker::inflight() {
+  absl::MutexLock lock(&mu_);
+  return inflight_;
+}
+
+}  // namespace pdserve::prefill_worker

@@ -1,0 +1,147 @@
+// PrefillWorker: the prefill side of disaggregated serving. The gRPC
+// service (prefill_service.h) is a thin layer over it; this class holds no
+// gRPC.
+//
+// Requests queue (bounded) and a scheduler thread packs their prompts into
+// forward passes of at most max_batch_tokens new tokens (chunked prefill;
+// several prompts per pass), reusing this worker's prefix cache. A request's
+// blocks are reserved whole when it is admitted, so the KV writer knows
+// every local block from the start. In the pass that completes a prompt,
+// the per-layer callback posts that layer's writes into the decode worker's
+// reserved blocks as soon as the layer is done (KvTransferWriter), so the
+// transfer overlaps the remaining layers' compute. After the pass the first
+// token is sampled (engine::TokenStream, the same code the decode side
+// continues with), and a finisher thread waits for the writes, sends the
+// completion notice through the TransferCompleter, and answers. The
+// request's local blocks are released only after its writes are done (they
+// are the source), and their full blocks stay in the prefix cache.
+//
+// Threads: the scheduler thread owns the ModelRunner; finisher threads wait
+// for transfers. Thread-safety: every public method is thread-safe.
+#ifndef PDSERVE_PREFILL_WORKER_PREFILL_WORKER_H_
+#define PDSERVE_PREFILL_WORKER_PREFILL_WORKER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/model_runner.h"
+#include "kv_transfer/transport.h"
+#include "kv_transfer/transport_factory.h"
+#include "model/model.h"
+#include "prefill_worker/peer_region_cache.h"
+#include "proto/membership.pb.h"
+#include "proto/worker.pb.h"
+
+namespace pdserve::prefill_worker {
+
+// Delivers a completion notice to the decode worker that issued the target
+// (DecodeWorker.CompleteTransfer at notify_address, in the process).
+class TransferCompleter {
+ public:
+  virtual ~TransferCompleter() = default;
+  virtual absl::Status Complete(const std::string& notify_address,
+                                const v1::KvTransferComplete& notice,
+                                absl::Time deadline) = 0;
+};
+
+struct PrefillWorkerOptions {
+  std::string worker_id;
+  engine::ModelRunnerOptions runner;
+  kv_transfer::KvTransportConfig transport;
+  // Requests waiting or computing beyond this are refused
+  // (RESOURCE_EXHAUSTED).
+  int32_t max_queued_requests = 256;
+  // Threads waiting for transfers to complete.
+  int32_t finisher_threads = 4;
+  // Imported decode-pool regions kept.
+  size_t peer_region_capacity = 64;
+};
+
+// The answer to one Prefill: the response, or why it failed. Called once,
+// from a worker thread; must not block long.
+using PrefillDone = std::function<void(absl::StatusOr<v1::PrefillResponse>)>;
+
+class PrefillWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(
+      const model::Model& model, const PrefillWorkerOptions& options,
+      TransferCompleter* completer);
+  ~PrefillWorker();  // Fails what is queued and stops the threads.
+  PrefillWorker(const PrefillWorker&) = delete;
+  PrefillWorker& operator=(const PrefillWorker&) = delete;
+
+  void Start();
+  // From now on Prefill refuses with UNAVAILABLE.
+  void BeginDrain();
+
+  // Queues a prompt; `done` gets the result. Errors returned here (bad
+  // request, queue full, draining) mean `done` is never called.
+  absl::Status Prefill(const v1::PrefillRequest& request, absl::Time deadline,
+                       PrefillDone done);
+  // Drops the request from the queue or the batch; a request whose
+  // transfer is already being completed finishes on its own.
+  v1::CancelResponse Cancel(const v1::CancelRequest& request);
+
+  v1::ModelInfo model_info() const;
+  std::vector<v1::TransportKind> transports() const;
+  v1::WorkerLoad Load();
+  std::vector<v1::PrefixCacheEvent> TakeEvents();
+  uint32_t inflight();
+  const engine::KvBlockManager& blocks() const;
+
+ private:
+  struct Job;
+  PrefillWorker(const model::Model& model, const PrefillWorkerOptions& options,
+                TransferCompleter* completer);
+  void SchedulerLoop();
+  void FinisherLoop();
+  // Scheduler thread: moves queued jobs into the batch while blocks allow.
+  void AdmitJobs(int32_t* budget);
+  // Scheduler thread: releases a job's sequence and answers it with
+  // `status` (non-OK).
+  void FailJob(std::unique_ptr<Job> job, const absl::Status& status);
+  void Finish(std::unique_ptr<Job> job);
+
+  const model::Model& model_;
+  const PrefillWorkerOptions options_;
+  TransferCompleter* const completer_;
+  std::unique_ptr<engine::ModelRunner> runner_;
+  std::unique_ptr<kv_transfer::KvTransport> transport_;
+  kv_transfer::RegionId region_ = 0;
+  std::unique_ptr<PeerRegionCache> peers_;
+  std::vector<uint32_t> eos_ids_;
+
+  std::atomic<bool> draining_{false};
+  std::vector<std::thread> threads_;
+
+  absl::Mutex mu_;
+  absl::CondVar wake_;  // scheduler: queue, cancels, releases, stop
+  absl::CondVar finisher_wake_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Job>> finishing_ ABSL_GUARDED_BY(mu_);
+  std::vector<engine::SeqId> to_release_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, uint32_t>> cancels_ ABSL_GUARDED_BY(mu_);
+  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // Requests in the queue, the batch or finishing.
+  int32_t inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Scheduler thread only.
+  std::vector<std::unique_ptr<Job>> active_;
+  std::vector<float> logits_;
+};
+
+}  // namespace pdserve::prefill_worker
+
+#endif  // PDSERVE_PREFILL_WORKER_PREFILL_WORKER_H_
