@@ -63,6 +63,22 @@ absl::StatusOr<v1::DrainWorkerResponse> DrainWorker(
       router_address, timeout, request, &v1::Admin::Stub::DrainWorker);
 }
 
+absl::StatusOr<v1::GetRoutingPolicyResponse> GetRoutingPolicy(
+    const std::string& router_address, absl::Duration timeout) {
+  return Call<v1::GetRoutingPolicyRequest, v1::GetRoutingPolicyResponse>(
+      router_address, timeout, v1::GetRoutingPolicyRequest(),
+      &v1::Admin::Stub::GetRoutingPolicy);
+}
+
+absl::StatusOr<v1::SetRoutingPolicyResponse> SetRoutingPolicy(
+    const std::string& router_address, const v1::RoutingConfig& config,
+    absl::Duration timeout) {
+  v1::SetRoutingPolicyRequest request;
+  *request.mutable_config() = config;
+  return Call<v1::SetRoutingPolicyRequest, v1::SetRoutingPolicyResponse>(
+      router_address, timeout, request, &v1::Admin::Stub::SetRoutingPolicy);
+}
+
 std::string FormatStatus(const v1::ListPoolsResponse& pools,
                          const v1::ListWorkersResponse& workers) {
   std::string out;

@@ -25,6 +25,13 @@ absl::StatusOr<v1::DrainWorkerResponse> DrainWorker(
     const std::string& router_address, const std::string& worker_id,
     absl::Duration deadline, absl::Duration timeout);
 
+absl::StatusOr<v1::GetRoutingPolicyResponse> GetRoutingPolicy(
+    const std::string& router_address, absl::Duration timeout);
+
+absl::StatusOr<v1::SetRoutingPolicyResponse> SetRoutingPolicy(
+    const std::string& router_address, const v1::RoutingConfig& config,
+    absl::Duration timeout);
+
 // The `pdctl status` report: one line per pool, then a table of workers.
 std::string FormatStatus(const v1::ListPoolsResponse& pools,
                          const v1::ListWorkersResponse& workers);

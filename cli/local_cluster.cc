@@ -17,13 +17,16 @@
 namespace pdserve::cli {
 namespace {
 
-// Reads the port a process wrote to `port_file` once it was serving.
-absl::StatusOr<int> AwaitPortFile(const std::string& port_file,
-                                  LocalProcess& process, absl::Time give_up) {
+// Reads the ports a process wrote to `port_file` once it was serving (the
+// router writes three on one line, workers one).
+absl::StatusOr<std::vector<int>> AwaitPortFile(const std::string& port_file,
+                                               LocalProcess& process,
+                                               absl::Time give_up) {
   while (absl::Now() < give_up) {
     std::ifstream in(port_file);
-    int port = 0;
-    if (in >> port && port > 0) return port;
+    std::vector<int> ports;
+    for (int port = 0; in >> port;) ports.push_back(port);
+    if (!ports.empty() && ports[0] > 0) return ports;
     if (!process.process->running()) {
       absl::StatusOr<int> status = process.process->Wait(absl::ZeroDuration());
       return absl::UnavailableError(
@@ -141,7 +144,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
                                                   const std::string& binary,
                                                   std::vector<std::string> args,
-                                                  absl::Time give_up) {
+                                                  absl::Time give_up,
+                                                  std::vector<int>* ports) {
   LocalProcess local;
   local.name = name;
   local.log_path = absl::StrCat(options_.work_dir, "/", name, ".log");
@@ -155,8 +159,10 @@ absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
   subprocess.argv.push_back(absl::StrCat("--port_file=", port_file));
   subprocess.log_path = local.log_path;
   PD_ASSIGN_OR_RETURN(local.process, Subprocess::Start(subprocess));
-  PD_ASSIGN_OR_RETURN(const int port, AwaitPortFile(port_file, local, give_up));
-  local.address = absl::StrCat("127.0.0.1:", port);
+  PD_ASSIGN_OR_RETURN(std::vector<int> bound,
+                      AwaitPortFile(port_file, local, give_up));
+  local.address = absl::StrCat("127.0.0.1:", bound[0]);
+  if (ports != nullptr) *ports = std::move(bound);
   PD_RETURN_IF_ERROR(
       rpc::WaitUntilServing(local.address, give_up - absl::Now()));
   return local;

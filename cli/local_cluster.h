@@ -29,8 +29,19 @@ struct LocalClusterOptions {
   std::string bin_dir;
   int num_prefill = 1;
   int num_decode = 1;
-  // Router listen address; port 0 picks a free port.
+  // Colocated workers (pd-decode-worker --colocated): both phases in one.
+  int num_colocated = 0;
+  // The GGUF file every process serves; empty: the default model.
+  std::string model_path;
+  // Router listen addresses (client gRPC, OpenAI HTTP, control); port 0
+  // picks a free port.
   std::string router_listen = "127.0.0.1:0";
+  std::string http_listen = "127.0.0.1:0";
+  std::string control_listen = "127.0.0.1:0";
+  // Extra flags for the router and for every worker (e.g. --threads=1,
+  // --kv_cache_mb=64, --routing_policy=round_robin).
+  std::vector<std::string> router_args;
+  std::vector<std::string> worker_args;
   // Per-process logs (NAME.log) and port files go here; must exist.
   std::string work_dir;
   absl::Duration lease = absl::Seconds(3);
@@ -53,7 +64,12 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
+  // The router's client gRPC address.
   const std::string& router_address() const { return processes_[0].address; }
+  // Its control address (membership, admin API: pdctl, ListWorkers).
+  const std::string& control_address() const { return control_address_; }
+  // Its OpenAI HTTP base, "http://127.0.0.1:PORT".
+  const std::string& http_url() const { return http_url_; }
 
   // All processes, the router first. Null process pointers never occur.
   std::vector<LocalProcess>& processes() { return processes_; }
@@ -69,13 +85,18 @@ class LocalCluster {
  private:
   LocalCluster() = default;
 
+  // Starts a process and waits until it serves; its port file's numbers
+  // go to *ports (the first is the gRPC port health is checked on).
   absl::StatusOr<LocalProcess> Launch(const std::string& name,
                                       const std::string& binary,
                                       std::vector<std::string> args,
-                                      absl::Time give_up);
+                                      absl::Time give_up,
+                                      std::vector<int>* ports = nullptr);
 
   LocalClusterOptions options_;
   std::vector<LocalProcess> processes_;
+  std::string control_address_;
+  std::string http_url_;
 };
 
 // Finds `relative` ("router/pd-router") under bin_dir, falling back to its

@@ -1,19 +1,34 @@
 // pdctl: the operator CLI.
 //
-//   pdctl up      [--prefill=N --decode=N --router_listen=H:P]
-//                 runs a local cluster in the foreground until Ctrl-C
-//   pdctl status  [--router=H:P]      pools and workers as the router sees them
-//   pdctl drain   WORKER_ID [--router=H:P --deadline_ms=N]
-//   pdctl health  ADDRESS [--service=NAME --wait_ms=N]
+//   pdctl up       [--prefill=N --decode=N --colocated=N --model=FILE ...]
+//                  starts a local cluster in the background, waits until
+//                  every process is healthy and registered, prints the
+//                  endpoints and returns (--foreground: stay until Ctrl-C)
+//   pdctl down     stops the local cluster `up` started (workers drain)
+//   pdctl status   [--router=H:P]   pools and workers as the router sees them
+//   pdctl drain    WORKER_ID [--deadline_ms=N]
+//   pdctl policy   [round_robin|least_loaded|kv_aware]
+//                  [--local_prefill_max_uncached_tokens=N]
+//                  shows, or sets at run time, the router's routing policy
+//   pdctl generate --prompt=TEXT [--chat --max_tokens=N --temperature=T]
+//                  [--grpc=H:P]     streams an answer through the router and
+//                  prints its TTFT and TPOT
+//   pdctl health   ADDRESS [--service=NAME --wait_ms=N]
 //
+// --router is the router's control address (membership and admin API;
+// loopback by default); --grpc its client address.
 // Exit codes: 0 success, 1 the operation failed, 2 bad usage.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,25 +36,56 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "cli/admin_client.h"
+#include "cli/generate_client.h"
 #include "cli/local_cluster.h"
 #include "common/termination_signal.h"
 #include "rpc/health_client.h"
 
-ABSL_FLAG(std::string, router, "127.0.0.1:50050", "router address");
+ABSL_FLAG(std::string, router, "127.0.0.1:50051",
+          "the router's control address (admin API)");
+ABSL_FLAG(std::string, grpc, "127.0.0.1:50050",
+          "generate: the router's client gRPC address");
 ABSL_FLAG(int32_t, prefill, 1, "up: number of prefill workers");
 ABSL_FLAG(int32_t, decode, 1, "up: number of decode workers");
+ABSL_FLAG(int32_t, colocated, 0,
+          "up: number of colocated workers (both phases in one process)");
+ABSL_FLAG(std::string, model, "", "up: GGUF file (default: the default model)");
 ABSL_FLAG(std::string, router_listen, "127.0.0.1:50050",
-          "up: router listen address");
+          "up: the router's client gRPC listen address");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:8000",
+          "up: the router's OpenAI HTTP listen address");
+ABSL_FLAG(std::string, control_listen, "127.0.0.1:50051",
+          "up: the router's control (membership, admin) listen address");
+ABSL_FLAG(std::vector<std::string>, router_args, {},
+          "up: extra router flags, comma-separated");
+ABSL_FLAG(std::vector<std::string>, worker_args, {},
+          "up: extra flags for every worker, comma-separated (e.g. "
+          "--threads=1,--kv_cache_mb=64)");
 ABSL_FLAG(std::string, bin_dir, "",
           "up: where the server binaries are (default: next to pdctl)");
 ABSL_FLAG(std::string, work_dir, "",
-          "up: logs and port files (default: $PDSERVE_HOME/local-cluster)");
+          "up/down: logs, port files and the cluster's state file (default: "
+          "$PDSERVE_HOME/local-cluster)");
+ABSL_FLAG(bool, foreground, false,
+          "up: stay in the foreground until Ctrl-C instead of returning");
 ABSL_FLAG(std::string, ready_file, "",
           "up: written with the router address once the cluster is ready");
+ABSL_FLAG(int32_t, startup_timeout_s, 120, "up: time allowed to start");
 ABSL_FLAG(int32_t, deadline_ms, 60000,
           "drain: time allowed for in-flight work");
+ABSL_FLAG(int32_t, local_prefill_max_uncached_tokens, -1,
+          "policy: conditional disaggregation threshold (-1: keep)");
+ABSL_FLAG(std::string, prompt, "", "generate: the prompt");
+ABSL_FLAG(bool, chat, false, "generate: send the prompt as a chat message");
+ABSL_FLAG(int32_t, max_tokens, 128, "generate: most tokens to generate");
+ABSL_FLAG(double, temperature, 0, "generate: sampling temperature");
+ABSL_FLAG(int32_t, timeout_s, 300, "generate: request deadline");
 ABSL_FLAG(std::string, service, "", "health: service name ('' = server)");
 ABSL_FLAG(int32_t, wait_ms, 0,
           "health: keep polling up to this long for SERVING");
@@ -58,13 +104,19 @@ std::string ExecutableDir() {
   return slash == std::string::npos ? "." : exe.substr(0, slash);
 }
 
-std::string DefaultWorkDir() {
+std::string WorkDir() {
+  if (!absl::GetFlag(FLAGS_work_dir).empty()) {
+    return absl::GetFlag(FLAGS_work_dir);
+  }
   const char* home = std::getenv("PDSERVE_HOME");
   if (home != nullptr) return absl::StrCat(home, "/local-cluster");
   const char* user_home = std::getenv("HOME");
   return absl::StrCat(user_home ? user_home : "/tmp",
                       "/.cache/pdserve/local-cluster");
 }
+
+// The running cluster's supervisor pid and endpoints, for `pdctl down`.
+std::string StateFile() { return WorkDir() + "/cluster.state"; }
 
 int Fail(const absl::Status& status) {
   std::cerr << "pdctl: " << status << "\n";
@@ -78,7 +130,14 @@ int Status() {
   absl::StatusOr<v1::ListWorkersResponse> workers =
       ListWorkers(router, v1::WORKER_ROLE_UNSPECIFIED, kRpcTimeout);
   if (!workers.ok()) return Fail(workers.status());
-  std::cout << "router " << router << "\n" << FormatStatus(*pools, *workers);
+  absl::StatusOr<v1::GetRoutingPolicyResponse> policy =
+      GetRoutingPolicy(router, kRpcTimeout);
+  std::cout << "router " << router;
+  if (policy.ok()) {
+    std::cout << ", routing "
+              << v1::RoutingPolicy_Name(policy->config().policy());
+  }
+  std::cout << "\n" << FormatStatus(*pools, *workers);
   return 0;
 }
 
@@ -100,6 +159,97 @@ int Drain(const std::vector<char*>& args) {
   return 0;
 }
 
+int Policy(const std::vector<char*>& args) {
+  const std::string router = absl::GetFlag(FLAGS_router);
+  absl::StatusOr<v1::GetRoutingPolicyResponse> current =
+      GetRoutingPolicy(router, kRpcTimeout);
+  if (!current.ok()) return Fail(current.status());
+  v1::RoutingConfig config = current->config();
+  bool change = false;
+  if (args.size() == 3) {
+    const std::string name =
+        absl::AsciiStrToUpper(absl::StrCat("ROUTING_POLICY_", args[2]));
+    v1::RoutingPolicy policy;
+    if (!v1::RoutingPolicy_Parse(name, &policy) ||
+        policy == v1::ROUTING_POLICY_UNSPECIFIED) {
+      std::cerr << "pdctl: unknown policy '" << args[2]
+                << "' (round_robin, least_loaded, kv_aware)\n";
+      return 2;
+    }
+    config.set_policy(policy);
+    change = true;
+  } else if (args.size() > 3) {
+    std::cerr << "usage: pdctl policy [NAME]\n";
+    return 2;
+  }
+  if (const int n = absl::GetFlag(FLAGS_local_prefill_max_uncached_tokens);
+      n >= 0) {
+    config.set_local_prefill_max_uncached_tokens(n);
+    change = true;
+  }
+  if (change) {
+    absl::StatusOr<v1::SetRoutingPolicyResponse> set =
+        SetRoutingPolicy(router, config, kRpcTimeout);
+    if (!set.ok()) return Fail(set.status());
+    config = set->current();
+  }
+  std::cout << "routing " << v1::RoutingPolicy_Name(config.policy())
+            << ", local prefill up to "
+            << config.local_prefill_max_uncached_tokens()
+            << " uncached tokens\n";
+  return 0;
+}
+
+int Generate() {
+  if (absl::GetFlag(FLAGS_prompt).empty()) {
+    std::cerr << "usage: pdctl generate --prompt=TEXT\n";
+    return 2;
+  }
+  v1::GenerateRequest request;
+  if (absl::GetFlag(FLAGS_chat)) {
+    v1::ChatMessage* m = request.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(absl::GetFlag(FLAGS_prompt));
+  } else {
+    request.set_text(absl::GetFlag(FLAGS_prompt));
+  }
+  request.mutable_sampling()->set_temperature(absl::GetFlag(FLAGS_temperature));
+  request.mutable_sampling()->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+  request.mutable_stream_options()->set_include_usage(true);
+  request.mutable_stream_options()->set_include_timing(true);
+  v1::GenerateResponse last;
+  const absl::Time start = absl::Now();
+  absl::Time first_token;
+  const absl::Status status = StreamGenerate(
+      absl::GetFlag(FLAGS_grpc), request,
+      absl::Seconds(absl::GetFlag(FLAGS_timeout_s)),
+      [&](const v1::GenerateResponse& chunk) {
+        if (first_token == absl::Time() && chunk.token_ids_size() > 0) {
+          first_token = absl::Now();
+        }
+        std::cout << chunk.text() << std::flush;
+        last = chunk;
+      });
+  std::cout << "\n";
+  if (!status.ok()) return Fail(status);
+  const v1::Timing& t = last.timing();
+  std::cout << "\n[" << last.usage().prompt_tokens() << " prompt tokens ("
+            << last.usage().cached_prompt_tokens() << " cached), "
+            << last.usage().completion_tokens() << " generated, finish "
+            << v1::FinishReason_Name(last.finish_reason()) << "]\n"
+            << "[TTFT " << absl::StrFormat("%.1f", t.ttft_ms())
+            << " ms at the router, "
+            << absl::StrFormat("%.1f",
+                               absl::ToDoubleMilliseconds(first_token - start))
+            << " ms at the client; TPOT "
+            << absl::StrFormat("%.1f", t.tpot_ms()) << " ms; KV transfer "
+            << absl::StrFormat("%.1f", t.kv_transfer_ms()) << " ms; prefill on "
+            << (t.prefill_worker_id().empty() ? std::string("the decode worker")
+                                              : t.prefill_worker_id())
+            << ", decode on " << t.decode_worker_id() << "]\n";
+  return 0;
+}
+
 int Health(const std::vector<char*>& args) {
   if (args.size() != 3) {
     std::cerr << "usage: pdctl health ADDRESS\n";
@@ -118,48 +268,39 @@ int Health(const std::vector<char*>& args) {
   return *health == rpc::HealthStatus::kServing ? 0 : 1;
 }
 
-int Up() {
-  LocalClusterOptions options;
-  options.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty()
-                        ? absl::StrCat(ExecutableDir(), "/..")
-                        : absl::GetFlag(FLAGS_bin_dir);
-  options.num_prefill = absl::GetFlag(FLAGS_prefill);
-  options.num_decode = absl::GetFlag(FLAGS_decode);
-  options.router_listen = absl::GetFlag(FLAGS_router_listen);
-  options.work_dir = absl::GetFlag(FLAGS_work_dir).empty()
-                         ? DefaultWorkDir()
-                         : absl::GetFlag(FLAGS_work_dir);
-  std::error_code error;
-  std::filesystem::create_directories(options.work_dir, error);
-  if (error) {
-    return Fail(absl::InternalError(absl::StrCat(
-        "cannot create ", options.work_dir, ": ", error.message())));
-  }
-  std::cout << "starting router, " << options.num_prefill << " prefill and "
-            << options.num_decode << " decode workers (logs in "
-            << options.work_dir << ")" << std::endl;
+// Runs the cluster until a termination signal; writes the state file once
+// ready. Returns the exit code.
+int Supervise(const LocalClusterOptions& options) {
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(options);
   if (!cluster.ok()) return Fail(cluster.status());
+  std::ostringstream state;
+  state << "pid " << ::getpid() << "\n"
+        << "grpc " << (*cluster)->router_address() << "\n"
+        << "http " << (*cluster)->http_url() << "/v1\n"
+        << "control " << (*cluster)->control_address() << "\n";
   for (const LocalProcess& p : (*cluster)->processes()) {
-    std::cout << "  " << p.name << " serving on " << p.address << " (pid "
-              << p.process->pid() << ")" << std::endl;
+    state << "process " << p.name << " " << p.address << " " << p.process->pid()
+          << " " << p.log_path << "\n";
+  }
+  {
+    std::ofstream(StateFile() + ".tmp") << state.str();
+    std::rename((StateFile() + ".tmp").c_str(), StateFile().c_str());
   }
   if (const std::string ready = absl::GetFlag(FLAGS_ready_file);
       !ready.empty()) {
-    FILE* f = std::fopen(ready.c_str(), "w");
-    if (f != nullptr) {
-      std::fprintf(f, "%s\n", (*cluster)->router_address().c_str());
-      std::fclose(f);
-    }
+    std::ofstream(ready) << (*cluster)->router_address() << "\n";
   }
-  std::cout << "cluster ready; router at " << (*cluster)->router_address()
-            << ". Ctrl-C stops it." << std::endl;
+  std::cout << "cluster ready; router gRPC " << (*cluster)->router_address()
+            << ", HTTP " << (*cluster)->http_url() << "/v1, control "
+            << (*cluster)->control_address() << std::endl;
   // Watch for a signal, and for processes ending on their own: a worker
   // that exits 0 was drained (pdctl drain) and has left the cluster; any
   // other exit is a failure that stops the cluster.
   absl::flat_hash_set<std::string> departed;
+  int code = 0;
   while (!WaitForTerminationSignal(absl::Milliseconds(200)).has_value()) {
+    bool failed = false;
     for (LocalProcess& p : (*cluster)->processes()) {
       if (departed.contains(p.name) || p.process->running()) continue;
       const absl::StatusOr<int> status = p.process->Wait(absl::ZeroDuration());
@@ -172,14 +313,130 @@ int Up() {
                 << (status.ok() ? DescribeWaitStatus(*status) : "exited")
                 << " unexpectedly; end of " << p.log_path << ":\n"
                 << TailOfFile(p.log_path) << std::endl;
-      (void)(*cluster)->Stop(absl::Seconds(10));
-      return 1;
+      failed = true;
+      break;
+    }
+    if (failed) {
+      code = 1;
+      break;
     }
   }
   std::cout << "stopping the cluster" << std::endl;
   const absl::Status stopped = (*cluster)->Stop(absl::Seconds(30));
+  std::remove(StateFile().c_str());
   if (!stopped.ok()) return Fail(stopped);
   std::cout << "cluster stopped" << std::endl;
+  return code;
+}
+
+int Up() {
+  LocalClusterOptions options;
+  options.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty()
+                        ? absl::StrCat(ExecutableDir(), "/..")
+                        : absl::GetFlag(FLAGS_bin_dir);
+  options.num_prefill = absl::GetFlag(FLAGS_prefill);
+  options.num_decode = absl::GetFlag(FLAGS_decode);
+  options.num_colocated = absl::GetFlag(FLAGS_colocated);
+  options.model_path = absl::GetFlag(FLAGS_model);
+  options.router_listen = absl::GetFlag(FLAGS_router_listen);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.control_listen = absl::GetFlag(FLAGS_control_listen);
+  options.router_args = absl::GetFlag(FLAGS_router_args);
+  options.worker_args = absl::GetFlag(FLAGS_worker_args);
+  options.startup_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  options.work_dir = WorkDir();
+  std::error_code error;
+  std::filesystem::create_directories(options.work_dir, error);
+  if (error) {
+    return Fail(absl::InternalError(absl::StrCat(
+        "cannot create ", options.work_dir, ": ", error.message())));
+  }
+  if (std::ifstream(StateFile()).good()) {
+    return Fail(absl::AlreadyExistsError(
+        absl::StrCat("a local cluster is already up (", StateFile(),
+                     "); run pdctl down first")));
+  }
+  std::cout << "starting router, " << options.num_prefill << " prefill, "
+            << options.num_decode << " decode and " << options.num_colocated
+            << " colocated workers (logs in " << options.work_dir << ")"
+            << std::endl;
+  if (absl::GetFlag(FLAGS_foreground)) return Supervise(options);
+
+  // Background: a supervisor process owns the cluster (its processes never
+  // outlive it); this one waits until it is ready, then returns.
+  const std::string supervisor_log = options.work_dir + "/pdctl.log";
+  const pid_t pid = ::fork();
+  if (pid < 0) return Fail(absl::InternalError("fork failed"));
+  if (pid == 0) {
+    ::setsid();
+    if (std::freopen(supervisor_log.c_str(), "w", stdout) == nullptr ||
+        std::freopen(supervisor_log.c_str(), "a", stderr) == nullptr) {
+      std::_Exit(1);
+    }
+    std::_Exit(Supervise(options));
+  }
+  const absl::Time give_up =
+      absl::Now() + options.startup_timeout + absl::Seconds(10);
+  while (absl::Now() < give_up) {
+    std::ifstream in(StateFile());
+    if (in.good()) {
+      std::string line;
+      while (std::getline(in, line)) {
+        std::vector<std::string> f = absl::StrSplit(line, ' ');
+        if (f[0] == "grpc") std::cout << "  router gRPC     " << f[1] << "\n";
+        if (f[0] == "http") std::cout << "  router HTTP     " << f[1] << "\n";
+        if (f[0] == "control")
+          std::cout << "  router control  " << f[1] << "\n";
+        if (f[0] == "process" && f.size() >= 4) {
+          std::cout << "  " << f[1] << " on " << f[2] << " (pid " << f[3]
+                    << ")\n";
+        }
+      }
+      std::cout << "cluster ready (supervisor pid " << pid
+                << "); pdctl down stops it" << std::endl;
+      return 0;
+    }
+    int wstatus = 0;
+    if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
+      std::cerr << "pdctl: the cluster failed to start; end of "
+                << supervisor_log << ":\n"
+                << TailOfFile(supervisor_log) << std::endl;
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ::kill(pid, SIGTERM);
+  return Fail(absl::DeadlineExceededError(
+      absl::StrCat("the cluster did not become ready; see ", supervisor_log)));
+}
+
+int Down() {
+  std::ifstream in(StateFile());
+  pid_t pid = 0;
+  std::string key;
+  if (!(in >> key >> pid) || key != "pid" || pid <= 0) {
+    std::cout << "no local cluster is up (" << StateFile() << ")\n";
+    return 0;
+  }
+  if (::kill(pid, SIGTERM) != 0) {
+    std::remove(StateFile().c_str());
+    std::cout << "the cluster's supervisor (pid " << pid
+              << ") was already gone\n";
+    return 0;
+  }
+  std::cout << "stopping the local cluster (supervisor pid " << pid << ")"
+            << std::flush;
+  const absl::Time give_up = absl::Now() + absl::Seconds(90);
+  while (::kill(pid, 0) == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (::kill(pid, 0) == 0) {
+    std::cout << std::endl;
+    return Fail(absl::DeadlineExceededError(
+        "the cluster did not stop within 90 s; see its logs"));
+  }
+  std::cout << "; stopped" << std::endl;
   return 0;
 }
 
@@ -190,9 +447,12 @@ int main(int argc, char** argv) {
   pdserve::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
       "pdctl COMMAND [flags]\n"
-      "  up                 run a local cluster until Ctrl-C\n"
+      "  up                 start a local cluster (background; --foreground)\n"
+      "  down               stop the local cluster\n"
       "  status             pools and workers\n"
       "  drain WORKER_ID    stop sending work to a worker and let it exit\n"
+      "  policy [NAME]      show or set the routing policy\n"
+      "  generate           stream an answer through the router\n"
       "  health ADDRESS     grpc.health.v1 check (exit 0 when SERVING)");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
@@ -201,8 +461,11 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[1];
   if (command == "up") return pdserve::cli::Up();
+  if (command == "down") return pdserve::cli::Down();
   if (command == "status") return pdserve::cli::Status();
   if (command == "drain") return pdserve::cli::Drain(args);
+  if (command == "policy") return pdserve::cli::Policy(args);
+  if (command == "generate") return pdserve::cli::Generate();
   if (command == "health") return pdserve::cli::Health(args);
   std::cerr << "pdctl: unknown command '" << command << "'\n"
             << absl::ProgramUsageMessage() << "\n";

@@ -60,6 +60,7 @@ grpc::ServerUnaryReactor* MembershipService::Heartbeat(
   report.state = request->state();
   report.load = request->load();
   report.inflight_requests = request->inflight_requests();
+  report.events.assign(request->events().begin(), request->events().end());
   absl::StatusOr<HeartbeatReply> reply =
       registry_->Heartbeat(request->lease_id(), report, absl::Now());
   if (!reply.ok()) return Finish(context, reply.status());
@@ -156,6 +157,31 @@ grpc::ServerUnaryReactor* AdminService::DrainWorker(
   }
   PD_LOG(INFO) << "drain requested for " << request->worker_id() << " within "
                << absl::FormatDuration(deadline);
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::SetRoutingPolicy(
+    grpc::CallbackServerContext* context,
+    const v1::SetRoutingPolicyRequest* request,
+    v1::SetRoutingPolicyResponse* response) {
+  absl::StatusOr<v1::RoutingConfig> previous =
+      policy_->SetConfig(request->config());
+  if (!previous.ok()) return Finish(context, previous.status());
+  *response->mutable_previous() = *previous;
+  *response->mutable_current() = policy_->config();
+  PD_LOG(INFO) << "routing policy now "
+               << v1::RoutingPolicy_Name(request->config().policy())
+               << ", local prefill up to "
+               << request->config().local_prefill_max_uncached_tokens()
+               << " uncached tokens";
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::GetRoutingPolicy(
+    grpc::CallbackServerContext* context,
+    const v1::GetRoutingPolicyRequest* /*request*/,
+    v1::GetRoutingPolicyResponse* response) {
+  *response->mutable_config() = policy_->config();
   return Finish(context, absl::OkStatus());
 }
 

@@ -16,6 +16,7 @@
 
 #include "proto/admin.grpc.pb.h"
 #include "proto/membership.grpc.pb.h"
+#include "router/routing_policy.h"
 #include "router/worker_registry.h"
 
 namespace pdserve::router {
@@ -41,7 +42,8 @@ class MembershipService final : public v1::Membership::CallbackService {
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
-  explicit AdminService(WorkerRegistry* registry) : registry_(registry) {}
+  AdminService(WorkerRegistry* registry, RoutingPolicy* policy)
+      : registry_(registry), policy_(policy) {}
 
   grpc::ServerUnaryReactor* ListWorkers(
       grpc::CallbackServerContext* context,
@@ -54,9 +56,18 @@ class AdminService final : public v1::Admin::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::DrainWorkerRequest* request,
       v1::DrainWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* SetRoutingPolicy(
+      grpc::CallbackServerContext* context,
+      const v1::SetRoutingPolicyRequest* request,
+      v1::SetRoutingPolicyResponse* response) override;
+  grpc::ServerUnaryReactor* GetRoutingPolicy(
+      grpc::CallbackServerContext* context,
+      const v1::GetRoutingPolicyRequest* request,
+      v1::GetRoutingPolicyResponse* response) override;
 
  private:
   WorkerRegistry* const registry_;
+  RoutingPolicy* const policy_;
 };
 
 }  // namespace pdserve::router

@@ -1,9 +1,17 @@
 // pd-router: the cluster's front door and control plane.
 //
-// Today it serves membership (workers register and heartbeat, silent workers
-// are dropped when their lease ends), the admin API for pdctl, health and
-// reflection. The client API (Generate, OpenAI HTTP) joins with the serving
-// path.
+// Three listeners, so that exposing the client API never exposes control of
+// the cluster:
+//   --listen          client gRPC: pdserve.v1.Generation (+ health,
+//                     reflection);
+//   --http_listen     OpenAI-compatible HTTP: /v1/completions,
+//                     /v1/chat/completions (SSE), /v1/models, /health;
+//   --control_listen  membership (workers register and heartbeat here) and
+//                     the admin API (pdctl), bound to loopback by default;
+//                     in a multi-host deployment bind it to the cluster
+//                     network only.
+// The router reads --model for the tokenizer and chat template (the same
+// file the workers serve).
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -13,18 +21,44 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/termination_signal.h"
+#include "model/default_model.h"
+#include "model/model.h"
 #include "router/control_services.h"
+#include "router/generation_core.h"
+#include "router/generation_service.h"
+#include "router/http_frontend.h"
+#include "router/routing_policy.h"
 #include "router/worker_registry.h"
 #include "rpc/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50050",
-          "host:port for gRPC (port 0 picks a free port)");
+          "host:port for the client gRPC API (port 0 picks a free port)");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:8000",
+          "host:port for the OpenAI-compatible HTTP API ('' disables it)");
+ABSL_FLAG(std::string, control_listen, "127.0.0.1:50051",
+          "host:port for membership and the admin API");
 ABSL_FLAG(std::string, port_file, "",
-          "if set, the bound port is written here once serving");
+          "if set, written once serving: the client gRPC, control and HTTP "
+          "ports on one line");
+ABSL_FLAG(std::string, model, "",
+          "GGUF file for tokenization and the chat template (default: the "
+          "project's default model)");
+ABSL_FLAG(std::string, routing_policy, "kv_aware",
+          "round_robin, least_loaded or kv_aware (changeable at run time "
+          "with pdctl policy)");
+ABSL_FLAG(int32_t, local_prefill_max_uncached_tokens, 0,
+          "conditional disaggregation: prompts with at most this many tokens "
+          "not already cached on the decode worker are prefilled there");
+ABSL_FLAG(int32_t, max_inflight, 256,
+          "requests running at once; more are refused with "
+          "RESOURCE_EXHAUSTED / HTTP 503");
+ABSL_FLAG(int32_t, request_timeout_ms, 600000,
+          "deadline of requests that do not set one");
 ABSL_FLAG(int32_t, lease_ms, 3000,
           "a worker silent for this long is removed from the cluster");
 ABSL_FLAG(int32_t, heartbeat_ms, 500, "heartbeat interval told to workers");
@@ -34,7 +68,37 @@ ABSL_FLAG(int32_t, shutdown_grace_ms, 5000,
 namespace pdserve::router {
 namespace {
 
+absl::StatusOr<v1::RoutingPolicy> ParsePolicy(std::string name) {
+  name = absl::AsciiStrToLower(name);
+  if (name == "round_robin") return v1::ROUTING_POLICY_ROUND_ROBIN;
+  if (name == "least_loaded") return v1::ROUTING_POLICY_LEAST_LOADED;
+  if (name == "kv_aware") return v1::ROUTING_POLICY_KV_AWARE;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown routing policy '", name,
+                   "' (round_robin, least_loaded, kv_aware)"));
+}
+
 int Run() {
+  std::string model_path = absl::GetFlag(FLAGS_model);
+  if (model_path.empty()) model_path = model::DefaultModelPath();
+  absl::StatusOr<std::unique_ptr<model::Model>> model =
+      model::Model::Open(model_path);
+  if (!model.ok()) {
+    PD_LOG(ERROR) << model.status();
+    return 2;
+  }
+  absl::StatusOr<v1::RoutingPolicy> policy_kind =
+      ParsePolicy(absl::GetFlag(FLAGS_routing_policy));
+  if (!policy_kind.ok()) {
+    PD_LOG(ERROR) << policy_kind.status();
+    return 2;
+  }
+  v1::RoutingConfig routing;
+  routing.set_policy(*policy_kind);
+  routing.set_local_prefill_max_uncached_tokens(
+      absl::GetFlag(FLAGS_local_prefill_max_uncached_tokens));
+  RoutingPolicy policy(routing);
+
   WorkerRegistryOptions registry_options;
   registry_options.lease_duration =
       absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
@@ -46,17 +110,51 @@ int Run() {
     PD_LOG(ERROR) << registry.status();
     return 2;
   }
-  MembershipService membership(registry->get());
-  AdminService admin(registry->get());
+  GenerationCoreOptions core_options;
+  core_options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  GenerationCore core(model->get(), registry->get(), &policy, core_options);
+  const absl::Duration request_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_request_timeout_ms));
 
-  rpc::GrpcServerOptions server_options;
-  server_options.listen_address = absl::GetFlag(FLAGS_listen);
-  server_options.services = {&membership, &admin};
-  absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> server =
-      rpc::GrpcServer::Start(server_options);
-  if (!server.ok()) {
-    PD_LOG(ERROR) << server.status();
+  MembershipService membership(registry->get());
+  AdminService admin(registry->get(), &policy);
+  rpc::GrpcServerOptions control_options;
+  control_options.listen_address = absl::GetFlag(FLAGS_control_listen);
+  control_options.services = {&membership, &admin};
+  absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> control =
+      rpc::GrpcServer::Start(control_options);
+  if (!control.ok()) {
+    PD_LOG(ERROR) << "control API: " << control.status();
     return 1;
+  }
+
+  auto generation = std::make_unique<GenerationService>(
+      &core, request_timeout, core_options.retry_after);
+  rpc::GrpcServerOptions client_options;
+  client_options.listen_address = absl::GetFlag(FLAGS_listen);
+  client_options.services = {generation.get()};
+  absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> client =
+      rpc::GrpcServer::Start(client_options);
+  if (!client.ok()) {
+    PD_LOG(ERROR) << "client API: " << client.status();
+    return 1;
+  }
+
+  std::unique_ptr<HttpFrontend> http;
+  if (const std::string listen = absl::GetFlag(FLAGS_http_listen);
+      !listen.empty()) {
+    HttpFrontendOptions http_options;
+    http_options.listen_address = listen;
+    http_options.default_timeout = request_timeout;
+    http_options.retry_after_s = static_cast<int>(absl::ToInt64Seconds(
+        core_options.retry_after + absl::Seconds(1) - absl::Nanoseconds(1)));
+    absl::StatusOr<std::unique_ptr<HttpFrontend>> started =
+        HttpFrontend::Start(http_options, &core);
+    if (!started.ok()) {
+      PD_LOG(ERROR) << "HTTP API: " << started.status();
+      return 1;
+    }
+    http = std::move(started).value();
   }
 
   // Drops workers whose lease ran out even when nobody is listing them, so
@@ -72,19 +170,31 @@ int Run() {
     }
   });
 
-  (*server)->SetServing(true);
+  (*control)->SetServing(true);
+  (*client)->SetServing(true);
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file);
       !port_file.empty()) {
-    std::ofstream(port_file + ".tmp") << (*server)->port() << "\n";
+    std::ofstream(port_file + ".tmp")
+        << (*client)->port() << " " << (*control)->port() << " "
+        << (http != nullptr ? http->port() : 0) << "\n";
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }
-  PD_LOG(INFO) << "router serving on " << (*server)->address();
+  PD_LOG(INFO) << "router serving model " << (*model)->name() << ": gRPC on "
+               << (*client)->address() << ", HTTP on "
+               << (http != nullptr ? absl::StrCat("127.0.0.1:", http->port())
+                                   : std::string("(off)"))
+               << ", control on " << (*control)->address();
 
   const int signal = WaitForTerminationSignal().value_or(0);
   PD_LOG(INFO) << "signal " << signal << ": shutting down";
-  (*server)->SetServing(false);
-  (*server)->Shutdown(
-      absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  (*client)->SetServing(false);
+  (*control)->SetServing(false);
+  const absl::Duration grace =
+      absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
+  if (http != nullptr) http->Shutdown();
+  (*client)->Shutdown(grace);
+  generation.reset();  // waits for request threads
+  (*control)->Shutdown(absl::Seconds(1));
   stop_sweeper.Notify();
   sweeper.join();
   PD_LOG(INFO) << "router stopped";

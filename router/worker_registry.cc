@@ -57,6 +57,8 @@ absl::StatusOr<Lease> WorkerRegistry::Register(
   record.last_heartbeat = now;
   record.lease_expiry = now + options_.lease_duration;
   leases_[record.lease_id] = registration.worker_id;
+  // A new process starts with an empty cache; its events rebuild the index.
+  prefix_keys_[registration.worker_id].clear();
   Lease lease{record.lease_id, options_.lease_duration,
               options_.heartbeat_interval};
   workers_[registration.worker_id] = std::move(record);
@@ -84,6 +86,22 @@ absl::StatusOr<HeartbeatReply> WorkerRegistry::Heartbeat(
                      : report.state;
   record.load = report.load;
   record.inflight_requests = report.inflight_requests;
+  absl::flat_hash_set<uint64_t>& keys = prefix_keys_[lease->second];
+  for (const v1::PrefixCacheEvent& event : report.events) {
+    switch (event.kind()) {
+      case v1::PrefixCacheEvent::KIND_STORED:
+        keys.insert(event.block_hashes().begin(), event.block_hashes().end());
+        break;
+      case v1::PrefixCacheEvent::KIND_REMOVED:
+        for (uint64_t key : event.block_hashes()) keys.erase(key);
+        break;
+      case v1::PrefixCacheEvent::KIND_CLEARED:
+        keys.clear();
+        break;
+      default:
+        break;
+    }
+  }
   record.last_heartbeat = now;
   record.lease_expiry = now + options_.lease_duration;
   HeartbeatReply reply;
@@ -97,6 +115,7 @@ absl::Status WorkerRegistry::Deregister(const std::string& lease_id) {
   if (lease == leases_.end()) {
     return absl::NotFoundError(absl::StrCat("lease ", lease_id, " is unknown"));
   }
+  prefix_keys_.erase(lease->second);
   workers_.erase(lease->second);
   leases_.erase(lease);
   return absl::OkStatus();
@@ -124,6 +143,7 @@ std::vector<std::string> WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (it->second.lease_expiry <= now) {
       expired.push_back(it->first);
+      prefix_keys_.erase(it->first);
       leases_.erase(it->second.lease_id);
       workers_.erase(it++);
     } else {
@@ -132,6 +152,19 @@ std::vector<std::string> WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
   }
   std::sort(expired.begin(), expired.end());
   return expired;
+}
+
+int32_t WorkerRegistry::CachedPrefixBlocks(
+    const std::string& worker_id, absl::Span<const uint64_t> chain_keys) {
+  absl::MutexLock lock(&mutex_);
+  auto it = prefix_keys_.find(worker_id);
+  if (it == prefix_keys_.end()) return 0;
+  int32_t n = 0;
+  while (n < static_cast<int32_t>(chain_keys.size()) &&
+         it->second.contains(chain_keys[n])) {
+    ++n;
+  }
+  return n;
 }
 
 std::vector<WorkerRecord> WorkerRegistry::List(absl::Time now,

@@ -23,11 +23,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/common.pb.h"
+#include "proto/membership.pb.h"
 
 namespace pdserve::router {
 
@@ -68,6 +71,8 @@ struct HeartbeatReport {
   v1::WorkerState state = v1::WORKER_STATE_SERVING;
   v1::WorkerLoad load;
   uint32_t inflight_requests = 0;
+  // Prefix-cache changes since the previous heartbeat, in order.
+  std::vector<v1::PrefixCacheEvent> events;
 };
 struct HeartbeatReply {
   // When set, the worker must stop taking new work and finish in-flight work
@@ -117,6 +122,12 @@ class WorkerRegistry {
   std::vector<WorkerRecord> List(absl::Time now, v1::WorkerRole role,
                                  bool exact_role = false);
 
+  // How many leading entries of `chain_keys` (a prompt's block chain keys,
+  // engine/kv_block_manager.h) the worker reported holding in its prefix
+  // cache; 0 for an unknown worker. The KV-aware routing score.
+  int32_t CachedPrefixBlocks(const std::string& worker_id,
+                             absl::Span<const uint64_t> chain_keys);
+
   // Random per-router-process id; part of every lease id, so a lease from
   // an earlier router process is never mistaken for a current one.
   const std::string& router_id() const { return router_id_; }
@@ -133,6 +144,11 @@ class WorkerRegistry {
   absl::Mutex mutex_;
   // Keyed by worker_id.
   absl::flat_hash_map<std::string, WorkerRecord> workers_
+      ABSL_GUARDED_BY(mutex_);
+  // worker_id -> chain keys of the blocks in its prefix cache (the index
+  // built from heartbeat events; kept apart from WorkerRecord, which List
+  // copies).
+  absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> prefix_keys_
       ABSL_GUARDED_BY(mutex_);
   // lease_id -> worker_id.
   absl::flat_hash_map<std::string, std::string> leases_ ABSL_GUARDED_BY(mutex_);

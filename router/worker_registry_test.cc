@@ -201,5 +201,38 @@ TEST(WorkerRegistryTest, DeregisterRemovesAtOnce) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(WorkerRegistryTest, PrefixIndexFollowsHeartbeatEvents) {
+  auto registry = MakeRegistry();
+  auto lease =
+      *registry->Register(Worker("prefill-0", v1::WORKER_ROLE_PREFILL), kStart);
+  auto event = [](v1::PrefixCacheEvent::Kind kind, std::vector<uint64_t> keys) {
+    v1::PrefixCacheEvent e;
+    e.set_kind(kind);
+    for (uint64_t k : keys) e.add_block_hashes(k);
+    return e;
+  };
+  HeartbeatReport report;
+  report.events = {event(v1::PrefixCacheEvent::KIND_STORED, {11}),
+                   event(v1::PrefixCacheEvent::KIND_STORED, {12, 13})};
+  ASSERT_TRUE(registry->Heartbeat(lease.lease_id, report, kStart).ok());
+  const std::vector<uint64_t> prompt = {11, 12, 13, 14};
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", prompt), 3);
+  // Only the leading run counts: without 12 the later blocks are useless.
+  report.events = {event(v1::PrefixCacheEvent::KIND_REMOVED, {12})};
+  ASSERT_TRUE(registry->Heartbeat(lease.lease_id, report, kStart).ok());
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", prompt), 1);
+  report.events = {event(v1::PrefixCacheEvent::KIND_CLEARED, {})};
+  ASSERT_TRUE(registry->Heartbeat(lease.lease_id, report, kStart).ok());
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", prompt), 0);
+  EXPECT_EQ(registry->CachedPrefixBlocks("nobody", prompt), 0);
+  // A restarted worker starts with an empty cache.
+  report.events = {event(v1::PrefixCacheEvent::KIND_STORED, {11})};
+  ASSERT_TRUE(registry->Heartbeat(lease.lease_id, report, kStart).ok());
+  ASSERT_TRUE(
+      registry->Register(Worker("prefill-0", v1::WORKER_ROLE_PREFILL), kStart)
+          .ok());
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", prompt), 0);
+}
+
 }  // namespace
 }  // namespace pdserve::router

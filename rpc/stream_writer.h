@@ -22,10 +22,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 
@@ -46,9 +48,16 @@ class StreamHandle {
     return true;
   }
   // Ends the call with `status` after the queued messages. Idempotent.
-  void Finish(grpc::Status status) {
+  // `trailer` (key, value) is added to the trailing metadata when given
+  // (needs the context passed to MakeServerStream).
+  void Finish(grpc::Status status,
+              std::optional<std::pair<std::string, std::string>> trailer =
+                  std::nullopt) {
     absl::MutexLock lock(&mu_);
     if (reactor_ == nullptr || finishing_) return;
+    if (trailer.has_value() && context_ != nullptr) {
+      context_->AddTrailingMetadata(trailer->first, trailer->second);
+    }
     finishing_ = true;
     final_status_ = std::move(status);
     PumpLocked();
@@ -120,11 +129,14 @@ class StreamHandle {
   void Done() {
     absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
+    context_ = nullptr;
     queue_.clear();
   }
 
   absl::Mutex mu_;
   ServerStreamReactor<Msg>* reactor_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Valid while reactor_ is set.
+  grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<Msg> queue_ ABSL_GUARDED_BY(mu_);
   Msg current_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -138,10 +150,12 @@ class StreamHandle {
 template <typename Msg>
 class ServerStreamReactor : public grpc::ServerWriteReactor<Msg> {
  public:
-  explicit ServerStreamReactor(std::shared_ptr<StreamHandle<Msg>> handle)
+  ServerStreamReactor(std::shared_ptr<StreamHandle<Msg>> handle,
+                      grpc::CallbackServerContext* context)
       : handle_(std::move(handle)) {
     absl::MutexLock lock(&handle_->mu_);
     handle_->reactor_ = this;
+    handle_->context_ = context;
   }
 
   void OnWriteDone(bool ok) override { handle_->WriteDone(ok); }
@@ -158,9 +172,9 @@ class ServerStreamReactor : public grpc::ServerWriteReactor<Msg> {
 // The reactor to return from the service method, and the producer's handle.
 template <typename Msg>
 std::pair<grpc::ServerWriteReactor<Msg>*, std::shared_ptr<StreamHandle<Msg>>>
-MakeServerStream() {
+MakeServerStream(grpc::CallbackServerContext* context = nullptr) {
   auto handle = std::make_shared<StreamHandle<Msg>>();
-  auto* reactor = new ServerStreamReactor<Msg>(handle);
+  auto* reactor = new ServerStreamReactor<Msg>(handle, context);
   return {reactor, handle};
 }
 

@@ -23,6 +23,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rpc/health_client.h"
+#include "tests/cluster_testing.h"
 #include "tests/reflection_subset.grpc.pb.h"
 
 namespace pdserve {
@@ -31,23 +32,16 @@ namespace {
 using ::testing::IsSupersetOf;
 using ::testing::UnorderedElementsAre;
 
-std::string BinDir() {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/pdserve");
-}
-
-std::string MakeWorkDir(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/", name);
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  EXPECT_FALSE(error) << error.message();
-  return dir;
-}
+using testing::BinDir;
+using testing::MakeWorkDir;
 
 class ClusterTest : public ::testing::Test {
  protected:
   void StartCluster(const std::string& name) {
     options_.bin_dir = BinDir();
     options_.work_dir = MakeWorkDir(name);
+    options_.model_path = testing::TinyModelPath();
+    options_.worker_args = testing::SmallWorkerArgs();
     // Short leases so crash detection is quick to observe.
     options_.lease = absl::Milliseconds(1200);
     options_.heartbeat = absl::Milliseconds(200);
@@ -60,7 +54,7 @@ class ClusterTest : public ::testing::Test {
   // Worker ids the router lists now.
   std::vector<std::string> ListedWorkers() {
     absl::StatusOr<v1::ListWorkersResponse> listed =
-        cli::ListWorkers(cluster_->router_address(),
+        cli::ListWorkers(cluster_->control_address(),
                          v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(5));
     EXPECT_TRUE(listed.ok()) << listed.status();
     std::vector<std::string> ids;
@@ -118,7 +112,7 @@ TEST_F(ClusterTest, EveryProcessIsHealthyAndTheRouterListsTheWorkers) {
   }
 
   absl::StatusOr<v1::ListWorkersResponse> listed =
-      cli::ListWorkers(cluster_->router_address(), v1::WORKER_ROLE_UNSPECIFIED,
+      cli::ListWorkers(cluster_->control_address(), v1::WORKER_ROLE_UNSPECIFIED,
                        absl::Seconds(5));
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->workers_size(), 2);
@@ -134,16 +128,22 @@ TEST_F(ClusterTest, EveryProcessIsHealthyAndTheRouterListsTheWorkers) {
   EXPECT_GT(prefill.lease_remaining_ms(), 0u);
 
   // Filtering by role.
-  listed = cli::ListWorkers(cluster_->router_address(), v1::WORKER_ROLE_PREFILL,
-                            absl::Seconds(5));
+  listed = cli::ListWorkers(cluster_->control_address(),
+                            v1::WORKER_ROLE_PREFILL, absl::Seconds(5));
   ASSERT_TRUE(listed.ok());
   ASSERT_EQ(listed->workers_size(), 1);
   EXPECT_EQ(listed->workers(0).worker_id(), "prefill-0");
 
   // Reflection lets grpcurl-style tools discover the router's API.
-  EXPECT_THAT(ListServices(cluster_->router_address()),
+  EXPECT_THAT(ListServices(cluster_->control_address()),
               IsSupersetOf({"pdserve.v1.Membership", "pdserve.v1.Admin",
                             "grpc.health.v1.Health"}));
+  // The client API is on its own port, without the control services.
+  const std::vector<std::string> client_services =
+      ListServices(cluster_->router_address());
+  EXPECT_THAT(client_services, ::testing::Contains("pdserve.v1.Generation"));
+  EXPECT_THAT(client_services,
+              ::testing::Not(::testing::Contains("pdserve.v1.Admin")));
 
   // Every process exits with code 0 on SIGTERM.
   EXPECT_TRUE(cluster_->Stop(absl::Seconds(10)).ok());
@@ -153,7 +153,7 @@ TEST_F(ClusterTest, DrainedWorkerDeregistersAndExitsCleanly) {
   StartCluster("drain");
   cli::LocalProcess* decode = cluster_->Find("decode-0");
   absl::StatusOr<v1::DrainWorkerResponse> drained =
-      cli::DrainWorker(cluster_->router_address(), "decode-0",
+      cli::DrainWorker(cluster_->control_address(), "decode-0",
                        absl::Seconds(10), absl::Seconds(5));
   ASSERT_TRUE(drained.ok()) << drained.status();
   // The command travels with the next heartbeat (200 ms); the idle worker
@@ -165,7 +165,7 @@ TEST_F(ClusterTest, DrainedWorkerDeregistersAndExitsCleanly) {
   EXPECT_FALSE(rpc::CheckHealth(decode->address, "", absl::Seconds(1)).ok());
 
   // Draining an unknown worker is a clear NOT_FOUND.
-  drained = cli::DrainWorker(cluster_->router_address(), "decode-9",
+  drained = cli::DrainWorker(cluster_->control_address(), "decode-9",
                              absl::Seconds(1), absl::Seconds(5));
   EXPECT_EQ(drained.status().code(), absl::StatusCode::kNotFound);
 }
@@ -230,7 +230,7 @@ std::pair<int, std::string> RunPdctl(const std::vector<std::string>& args,
 
 TEST_F(ClusterTest, PdctlReportsHealthStatusAndDrains) {
   StartCluster("pdctl");
-  const std::string router = cluster_->router_address();
+  const std::string router = cluster_->control_address();
   const std::string dir = options_.work_dir;
 
   auto [code, out] = RunPdctl({"health", router}, dir);
@@ -277,6 +277,7 @@ TEST(LocalClusterTest, TakenRouterPortFailsStartWithTheRouterLog) {
   first.num_prefill = 0;
   first.num_decode = 0;
   first.work_dir = MakeWorkDir("taken-1");
+  first.model_path = testing::TinyModelPath();
   auto occupant = cli::LocalCluster::Start(first);
   ASSERT_TRUE(occupant.ok()) << occupant.status();
 

@@ -1,0 +1,532 @@
+#include "router/http_frontend.h"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/log.h"
+#include "httplib.h"
+#include "proto/client.pb.h"
+#include "router/openai_api.h"
+
+namespace pdserve::router {
+namespace {
+
+constexpr char kJson[] = "application/json";
+constexpr char kEventStream[] = "text/event-stream";
+// How often a waiting stream checks that its client is still connected.
+constexpr absl::Duration kStreamPollInterval = absl::Milliseconds(200);
+// How long Start waits for the accept loop to come up.
+constexpr absl::Duration kStartTimeout = absl::Seconds(10);
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+absl::StatusOr<HostPort> ParseListenAddress(absl::string_view address) {
+  size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", address, "' is not host:port"));
+  }
+  HostPort out;
+  absl::string_view host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  out.host = std::string(host);
+  if (out.host.empty() ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &out.port) || out.port < 0 ||
+      out.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", address, "' is not host:port"));
+  }
+  return out;
+}
+
+// The routes we serve, for telling 405 from 404.
+struct Route {
+  const char* path;
+  const char* method;
+};
+constexpr Route kRoutes[] = {
+    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/v1/models", "GET"},       {"/health", "GET"},
+    {"/tokenize", "POST"},
+};
+
+const char* ErrorTypeForHttpStatus(int status) {
+  if (status == 404) return "not_found_error";
+  if (status >= 400 && status < 500) return "invalid_request_error";
+  return "internal_error";
+}
+
+// One streaming generation, shared by the handler, the content provider
+// (connection thread) and the generator thread that runs
+// ClientApi::Generate.
+struct StreamState {
+  absl::Mutex mu;
+  // Formatted SSE payloads not yet written.
+  std::deque<std::string> events ABSL_GUARDED_BY(mu);
+  // Whether any event was produced (the HTTP status is then 200).
+  bool started ABSL_GUARDED_BY(mu) = false;
+  // Generate has returned, with `status`.
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  // A write to the client failed (or the response was abandoned): the sink
+  // refuses further chunks.
+  bool client_gone ABSL_GUARDED_BY(mu) = false;
+  std::thread generator;
+};
+
+bool StartedOrDone(StreamState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+  return s->started || s->done;
+}
+
+bool HasEventsOrDone(StreamState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+  return !s->events.empty() || s->done;
+}
+
+// httplib 0.11 listens with a backlog of 5: a burst of new connections (a
+// benchmark opening 64 streams at once) overflows it, and the kernel drops
+// their handshakes until clients give up. Calling listen() again on the
+// bound socket raises the backlog.
+class HttpServer : public httplib::Server {
+ public:
+  bool RaiseListenBacklog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+};
+
+bool WriteEvent(httplib::DataSink& sink, absl::string_view payload) {
+  std::string event = absl::StrCat("data: ", payload, "\n\n");
+  return sink.write(event.data(), event.size());
+}
+
+}  // namespace
+
+class HttpFrontend::Impl {
+ public:
+  Impl(const HttpFrontendOptions& options, ClientApi* api)
+      : options_(options), api_(api) {}
+
+  ~Impl() { Shutdown(); }
+
+  absl::Status Start() {
+    if (options_.max_connections < 1) {
+      return absl::InvalidArgumentError("max_connections must be >= 1");
+    }
+    absl::StatusOr<HostPort> address =
+        ParseListenAddress(options_.listen_address);
+    if (!address.ok()) return address.status();
+    Configure();
+    if (address->port == 0) {
+      port_ = server_.bind_to_any_port(address->host);
+    } else if (server_.bind_to_port(address->host, address->port)) {
+      port_ = address->port;
+    } else {
+      port_ = -1;
+    }
+    if (port_ < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options_.listen_address,
+                       " (address in use or not local?)"));
+    }
+    if (!server_.RaiseListenBacklog()) {
+      PD_LOG(WARNING) << "cannot raise the listen backlog on "
+                      << options_.listen_address << "; bursts of new "
+                      << "connections may be refused";
+    }
+    thread_ = std::thread([this] {
+      server_.listen_after_bind();
+      serve_returned_ = true;
+    });
+    // stop() is a no-op until the accept loop runs, so Shutdown must not
+    // race with its start.
+    absl::Time give_up = absl::Now() + kStartTimeout;
+    while (!server_.is_running() && !serve_returned_) {
+      if (absl::Now() > give_up) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    if (!server_.is_running()) {
+      Shutdown();
+      return absl::UnavailableError(absl::StrCat(
+          "HTTP server on ", options_.listen_address, " did not start"));
+    }
+    PD_LOG(INFO) << "OpenAI HTTP front end listening on " << address->host
+                 << ":" << port_;
+    return absl::OkStatus();
+  }
+
+  int port() const { return port_; }
+
+  void Shutdown() {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    stopping_ = true;
+    if (!thread_.joinable()) return;
+    // stop() does nothing until the accept loop runs, and must be called
+    // once: wait for the loop to be up (Start already did, unless it
+    // failed), stop it, and wait for the connection threads to finish.
+    while (!serve_returned_) {
+      if (server_.is_running()) {
+        server_.stop();
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    thread_.join();
+  }
+
+ private:
+  void Configure() {
+    int threads = options_.max_connections;
+    server_.new_task_queue = [threads] {
+      return new httplib::ThreadPool(threads);
+    };
+    server_.set_payload_max_length(options_.max_body_bytes);
+    // httplib's default sets SO_REUSEPORT, which would let a second server
+    // silently share our port; SO_REUSEADDR only allows quick restarts.
+    server_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+
+    server_.Post("/v1/completions",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   HandleGenerate(OpenAiKind::kCompletion, req, res);
+                 });
+    server_.Post("/v1/chat/completions",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   HandleGenerate(OpenAiKind::kChat, req, res);
+                 });
+    server_.Get("/v1/models",
+                [this](const httplib::Request&, httplib::Response& res) {
+                  HandleModels(res);
+                });
+    server_.Get("/health",
+                [this](const httplib::Request&, httplib::Response& res) {
+                  HandleHealth(res);
+                });
+    server_.Post("/tokenize",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   HandleTokenize(req, res);
+                 });
+    server_.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request& req, httplib::Response& res) {
+          return HandleHttpError(req, res);
+        }));
+    server_.set_exception_handler([](const httplib::Request&,
+                                     httplib::Response& res,
+                                     std::exception_ptr) {
+      SendJson(res, 500,
+               ErrorBody(absl::InternalError("internal error in handler")));
+    });
+  }
+
+  static void SendJson(httplib::Response& res, int status,
+                       const std::string& body) {
+    res.status = status;
+    res.set_content(body, kJson);
+  }
+
+  void SendError(httplib::Response& res, const absl::Status& status) {
+    int http_status = HttpStatusFor(status.code());
+    if (status.code() == absl::StatusCode::kResourceExhausted) {
+      res.set_header("Retry-After", absl::StrCat(options_.retry_after_s));
+    }
+    if (http_status >= 500) {
+      PD_LOG(WARNING) << "HTTP " << http_status << ": " << status;
+    }
+    SendJson(res, http_status, ErrorBody(status));
+  }
+
+  // Fills the body of httplib's own error responses (no route, body too
+  // large, malformed request); leaves responses our handlers wrote alone.
+  httplib::Server::HandlerResponse HandleHttpError(const httplib::Request& req,
+                                                   httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 404) {
+      std::string allowed;
+      for (const Route& route : kRoutes) {
+        if (req.path == route.path) allowed = route.method;
+      }
+      if (!allowed.empty()) {
+        res.status = 405;
+        res.set_header("Allow", allowed);
+        res.set_content(
+            ErrorBody(405, "invalid_request_error",
+                      absl::StrCat("method ", req.method, " is not allowed on ",
+                                   req.path, "; use ", allowed)),
+            kJson);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.set_content(
+          ErrorBody(404, "not_found_error",
+                    absl::StrCat("no route for ", req.method, " ", req.path)),
+          kJson);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (res.status == 413) {
+      res.set_content(BodyTooLarge(), kJson);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    res.set_content(ErrorBody(res.status, ErrorTypeForHttpStatus(res.status),
+                              absl::StrCat("HTTP error ", res.status)),
+                    kJson);
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  std::string BodyTooLarge() const {
+    return ErrorBody(413, "invalid_request_error",
+                     absl::StrCat("request body is larger than ",
+                                  options_.max_body_bytes, " bytes"));
+  }
+
+  // A fresh request id (128 random bits, hex).
+  std::string NewRequestId() {
+    absl::MutexLock lock(&id_mu_);
+    return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(bitgen_),
+                           absl::Uniform<uint64_t>(bitgen_));
+  }
+
+  // The model name for responses: the request's, or the only served model
+  // when the request left it empty.
+  std::string ResponseModel(const std::string& requested) {
+    if (!requested.empty()) return requested;
+    absl::StatusOr<v1::ListModelsResponse> models = api_->ListModels();
+    if (models.ok() && models->models_size() == 1) {
+      return models->models(0).id();
+    }
+    return requested;
+  }
+
+  void HandleGenerate(OpenAiKind kind, const httplib::Request& req,
+                      httplib::Response& res) {
+    if (req.body.size() > options_.max_body_bytes) {
+      SendJson(res, 413, BodyTooLarge());
+      return;
+    }
+    absl::StatusOr<OpenAiRequest> parsed =
+        kind == OpenAiKind::kChat ? ParseChatCompletionRequest(req.body)
+                                  : ParseCompletionRequest(req.body);
+    if (!parsed.ok()) {
+      SendError(res, parsed.status());
+      return;
+    }
+    absl::Time deadline =
+        absl::Now() + parsed->timeout.value_or(options_.default_timeout);
+    if (parsed->generate.request_id().empty()) {
+      parsed->generate.set_request_id(NewRequestId());
+    }
+    OpenAiResponseOptions format;
+    format.kind = kind;
+    format.id = ResponseId(kind, parsed->generate.request_id());
+    format.model = ResponseModel(parsed->generate.model());
+    format.created_unix_s = absl::ToUnixSeconds(absl::Now());
+    format.include_usage = parsed->include_usage;
+    format.logprobs = parsed->logprobs;
+    if (parsed->stream) {
+      ServeStream(std::move(*parsed), deadline, std::move(format), res);
+    } else {
+      ServeUnary(std::move(*parsed), deadline, std::move(format), res);
+    }
+  }
+
+  void ServeUnary(OpenAiRequest request, absl::Time deadline,
+                  OpenAiResponseOptions format, httplib::Response& res) {
+    OpenAiStreamFormatter formatter(std::move(format));
+    absl::Status status =
+        api_->Generate(std::move(request.generate), deadline,
+                       [this, &formatter](const v1::GenerateResponse& chunk) {
+                         if (stopping_) return false;
+                         formatter.Accumulate(chunk);
+                         return true;
+                       });
+    if (!status.ok()) {
+      SendError(res, status);
+      return;
+    }
+    SendJson(res, 200, formatter.Final());
+  }
+
+  void ServeStream(OpenAiRequest request, absl::Time deadline,
+                   OpenAiResponseOptions format, httplib::Response& res) {
+    auto stream = std::make_shared<StreamState>();
+    auto formatter = std::make_shared<OpenAiStreamFormatter>(std::move(format));
+    stream->generator =
+        std::thread([this, stream, formatter, deadline,
+                     generate = std::move(request.generate)]() mutable {
+          absl::Status status = api_->Generate(
+              std::move(generate), deadline,
+              [this, &stream, &formatter](const v1::GenerateResponse& chunk) {
+                // Only this thread touches the formatter.
+                std::vector<std::string> events = formatter->OnChunk(chunk);
+                absl::MutexLock lock(&stream->mu);
+                if (stream->client_gone || stopping_) return false;
+                for (std::string& event : events) {
+                  stream->events.push_back(std::move(event));
+                  stream->started = true;
+                }
+                return true;
+              });
+          absl::MutexLock lock(&stream->mu);
+          stream->done = true;
+          stream->status = std::move(status);
+        });
+
+    // The status line depends on whether anything comes before an error.
+    bool started;
+    absl::Status status;
+    {
+      absl::MutexLock lock(&stream->mu);
+      stream->mu.Await(absl::Condition(&StartedOrDone, stream.get()));
+      started = stream->started;
+      status = stream->status;
+    }
+    if (!started && !status.ok()) {
+      stream->generator.join();
+      SendError(res, status);
+      return;
+    }
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        kEventStream,
+        [stream](size_t /*offset*/, httplib::DataSink& sink) {
+          return WriteEvents(*stream, sink);
+        },
+        [stream](bool /*success*/) {
+          {
+            absl::MutexLock lock(&stream->mu);
+            if (!stream->done) stream->client_gone = true;
+          }
+          stream->generator.join();
+        });
+  }
+
+  // Writes what the generator has produced; called by httplib on the
+  // connection thread until it returns false or calls sink.done().
+  static bool WriteEvents(StreamState& stream, httplib::DataSink& sink) {
+    std::deque<std::string> batch;
+    bool done;
+    absl::Status status;
+    {
+      absl::MutexLock lock(&stream.mu);
+      stream.mu.AwaitWithTimeout(absl::Condition(&HasEventsOrDone, &stream),
+                                 kStreamPollInterval);
+      batch.swap(stream.events);
+      done = stream.done;
+      status = stream.status;
+    }
+    bool ok = true;
+    for (const std::string& event : batch) {
+      if (!(ok = WriteEvent(sink, event))) break;
+    }
+    if (ok && done) {
+      if (!status.ok()) ok = WriteEvent(sink, ErrorBody(status));
+      if (ok) ok = WriteEvent(sink, "[DONE]");
+      if (ok) {
+        sink.done();
+        return true;
+      }
+    }
+    if (ok && batch.empty()) ok = sink.is_writable();
+    if (!ok) {
+      absl::MutexLock lock(&stream.mu);
+      stream.client_gone = true;
+    }
+    return ok;
+  }
+
+  void HandleModels(httplib::Response& res) {
+    absl::StatusOr<v1::ListModelsResponse> models = api_->ListModels();
+    if (!models.ok()) {
+      SendError(res, models.status());
+      return;
+    }
+    SendJson(res, 200, ModelsBody(*models));
+  }
+
+  void HandleHealth(httplib::Response& res) {
+    absl::Status ready = api_->CheckReady();
+    if (ready.ok()) {
+      SendJson(res, 200, R"({"status":"ok"})");
+      return;
+    }
+    SendJson(res, 503, ErrorBody(503, "service_unavailable", ready.message()));
+  }
+
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+    if (req.body.size() > options_.max_body_bytes) {
+      SendJson(res, 413, BodyTooLarge());
+      return;
+    }
+    absl::StatusOr<v1::TokenizeRequest> parsed = ParseTokenizeRequest(req.body);
+    if (!parsed.ok()) {
+      SendError(res, parsed.status());
+      return;
+    }
+    absl::StatusOr<v1::TokenizeResponse> tokens = api_->Tokenize(*parsed);
+    if (!tokens.ok()) {
+      SendError(res, tokens.status());
+      return;
+    }
+    SendJson(res, 200, TokenizeBody(*tokens));
+  }
+
+  const HttpFrontendOptions options_;
+  ClientApi* const api_;
+  HttpServer server_;
+  int port_ = -1;
+  std::thread thread_;
+  std::atomic<bool> serve_returned_{false};
+  // Set by Shutdown: every sink refuses its next chunk.
+  std::atomic<bool> stopping_{false};
+
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+
+  absl::Mutex id_mu_;
+  absl::BitGen bitgen_ ABSL_GUARDED_BY(id_mu_);
+};
+
+absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
+    const HttpFrontendOptions& options, ClientApi* api) {
+  if (api == nullptr) return absl::InvalidArgumentError("api is null");
+  auto impl = std::make_unique<Impl>(options, api);
+  absl::Status status = impl->Start();
+  if (!status.ok()) return status;
+  return std::unique_ptr<HttpFrontend>(new HttpFrontend(std::move(impl)));
+}
+
+HttpFrontend::HttpFrontend(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+HttpFrontend::~HttpFrontend() { Shutdown(); }
+
+int HttpFrontend::port() const { return impl_->port(); }
+
+void HttpFrontend::Shutdown() { impl_->Shutdown(); }
+
+}  // namespace pdserve::router

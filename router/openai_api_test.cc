@@ -1,0 +1,764 @@
+#include "router/openai_api.h"
+
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve::router {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+json Parse(const std::string& text) {
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(value.is_discarded()) << text;
+  return value;
+}
+
+// Expects `body` to be refused with INVALID_ARGUMENT naming `param`.
+void ExpectCompletionError(absl::string_view body, absl::string_view param) {
+  absl::StatusOr<OpenAiRequest> r = ParseCompletionRequest(body);
+  ASSERT_FALSE(r.ok()) << body;
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr(absl::StrCat("'", param, "'")))
+      << body;
+}
+
+void ExpectChatError(absl::string_view body, absl::string_view param) {
+  absl::StatusOr<OpenAiRequest> r = ParseChatCompletionRequest(body);
+  ASSERT_FALSE(r.ok()) << body;
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr(absl::StrCat("'", param, "'")))
+      << body;
+}
+
+// ---------------------------------------------------------------- parsing
+
+TEST(ParseCompletionTest, MinimalRequest) {
+  auto r = ParseCompletionRequest(R"({"prompt": "Hello"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kind, OpenAiKind::kCompletion);
+  EXPECT_EQ(r->generate.text(), "Hello");
+  EXPECT_EQ(r->generate.model(), "");
+  EXPECT_EQ(r->generate.request_id(), "");
+  EXPECT_FALSE(r->stream);
+  EXPECT_FALSE(r->include_usage);
+  EXPECT_FALSE(r->logprobs);
+  EXPECT_FALSE(r->timeout.has_value());
+  // Non-streaming requests always ask for usage.
+  EXPECT_TRUE(r->generate.stream_options().include_usage());
+  const v1::SamplingParams& s = r->generate.sampling();
+  EXPECT_FALSE(s.has_temperature());
+  EXPECT_FALSE(s.has_top_p());
+  EXPECT_FALSE(s.has_max_tokens());
+  EXPECT_FALSE(s.has_seed());
+  EXPECT_FALSE(s.has_repetition_penalty());
+  EXPECT_EQ(s.top_k(), 0u);
+  EXPECT_FALSE(s.logprobs());
+}
+
+TEST(ParseCompletionTest, EveryField) {
+  auto r = ParseCompletionRequest(R"({
+    "model": "llama", "prompt": ["Once upon"], "max_tokens": 16,
+    "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
+    "seed": 1234, "stop": ["\n", "END"], "stop_token_ids": [2, 7],
+    "ignore_eos": true, "presence_penalty": 0.25, "frequency_penalty": -0.5,
+    "repetition_penalty": 1.1, "logprobs": 3, "n": 1, "best_of": 1,
+    "echo": false, "stream": true, "stream_options": {"include_usage": true},
+    "user": "alice", "request_id": "req-1", "timeout": 2.5, "priority": -3,
+    "unknown_field": {"nested": [1, 2]}
+  })");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::GenerateRequest& g = r->generate;
+  EXPECT_EQ(g.model(), "llama");
+  EXPECT_EQ(g.text(), "Once upon");
+  EXPECT_EQ(g.request_id(), "req-1");
+  EXPECT_EQ(g.priority(), -3);
+  const v1::SamplingParams& s = g.sampling();
+  EXPECT_EQ(s.max_tokens(), 16u);
+  EXPECT_FLOAT_EQ(s.temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(s.top_p(), 0.9f);
+  EXPECT_EQ(s.top_k(), 40u);
+  EXPECT_FLOAT_EQ(s.min_p(), 0.05f);
+  EXPECT_EQ(s.seed(), 1234u);
+  EXPECT_THAT(s.stop(), ElementsAre("\n", "END"));
+  EXPECT_THAT(s.stop_token_ids(), ElementsAre(2u, 7u));
+  EXPECT_TRUE(s.ignore_eos());
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.25f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), -0.5f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.1f);
+  EXPECT_TRUE(s.logprobs());
+  EXPECT_EQ(s.top_logprobs(), 3u);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_TRUE(g.stream_options().include_usage());
+  ASSERT_TRUE(r->timeout.has_value());
+  EXPECT_EQ(*r->timeout, absl::Milliseconds(2500));
+}
+
+TEST(ParseCompletionTest, PromptForms) {
+  auto ids = ParseCompletionRequest(R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(ids->generate.token_ids().ids(), ElementsAre(1u, 2u, 3u));
+
+  auto nested = ParseCompletionRequest(R"({"prompt": [[5, 6]]})");
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_THAT(nested->generate.token_ids().ids(), ElementsAre(5u, 6u));
+
+  auto one = ParseCompletionRequest(R"({"prompt": ["only"]})");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->generate.text(), "only");
+
+  auto empty_text = ParseCompletionRequest(R"({"prompt": ""})");
+  ASSERT_TRUE(empty_text.ok()) << empty_text.status();
+  EXPECT_EQ(empty_text->generate.prompt_case(), v1::GenerateRequest::kText);
+
+  // A float with an integral value is accepted as an integer.
+  auto floats = ParseCompletionRequest(R"({"prompt": [1.0, 2]})");
+  ASSERT_TRUE(floats.ok()) << floats.status();
+  EXPECT_THAT(floats->generate.token_ids().ids(), ElementsAre(1u, 2u));
+}
+
+TEST(ParseCompletionTest, BatchedPromptsAreRefused) {
+  for (const char* body :
+       {R"({"prompt": ["a", "b"]})", R"({"prompt": [[1], [2]]})"}) {
+    auto r = ParseCompletionRequest(body);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr("batched prompts are not supported; send one "
+                          "request per prompt"));
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("'prompt'"));
+  }
+}
+
+TEST(ParseCompletionTest, BadPrompts) {
+  ExpectCompletionError(R"({})", "prompt");
+  ExpectCompletionError(R"({"prompt": null})", "prompt");
+  ExpectCompletionError(R"({"prompt": 5})", "prompt");
+  ExpectCompletionError(R"({"prompt": []})", "prompt");
+  ExpectCompletionError(R"({"prompt": [1, -2]})", "prompt");
+  ExpectCompletionError(R"({"prompt": [1, 4294967296]})", "prompt");
+  ExpectCompletionError(R"({"prompt": [1, "a"]})", "prompt");
+  ExpectCompletionError(R"({"prompt": [1.5]})", "prompt");
+  ExpectCompletionError(R"({"prompt": [[]]})", "prompt");
+  ExpectCompletionError(R"({"prompt": [{"a": 1}]})", "prompt");
+}
+
+TEST(ParseCompletionTest, EveryBadValueNamesItsParameter) {
+  struct Case {
+    const char* fields;  // Added to a valid request.
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"("model": 3)", "model"},
+      {R"("request_id": 3)", "request_id"},
+      {R"("max_tokens": "5")", "max_tokens"},
+      {R"("max_tokens": 0)", "max_tokens"},
+      {R"("max_tokens": -1)", "max_tokens"},
+      {R"("max_tokens": 4294967296)", "max_tokens"},
+      {R"("max_tokens": 1.5)", "max_tokens"},
+      {R"("max_completion_tokens": 0)", "max_completion_tokens"},
+      {R"("temperature": "hot")", "temperature"},
+      {R"("temperature": -0.1)", "temperature"},
+      {R"("top_p": 0)", "top_p"},
+      {R"("top_p": 1.5)", "top_p"},
+      {R"("top_p": true)", "top_p"},
+      {R"("top_k": -2)", "top_k"},
+      {R"("top_k": 1.5)", "top_k"},
+      {R"("min_p": 2)", "min_p"},
+      {R"("min_p": -0.5)", "min_p"},
+      {R"("repetition_penalty": 0)", "repetition_penalty"},
+      {R"("presence_penalty": 3)", "presence_penalty"},
+      {R"("frequency_penalty": -2.5)", "frequency_penalty"},
+      {R"("frequency_penalty": "x")", "frequency_penalty"},
+      {R"("seed": "1")", "seed"},
+      {R"("seed": 1.5)", "seed"},
+      {R"("stop": 5)", "stop"},
+      {R"("stop": ["a", 5])", "stop"},
+      {R"("stop": [""])", "stop"},
+      {R"("stop": ["1","2","3","4","5","6","7","8","9","10","11","12","13",
+                   "14","15","16","17"])",
+       "stop"},
+      {R"("stop_token_ids": 5)", "stop_token_ids"},
+      {R"("stop_token_ids": [-1])", "stop_token_ids"},
+      {R"("ignore_eos": 1)", "ignore_eos"},
+      {R"("logprobs": 21)", "logprobs"},
+      {R"("logprobs": -1)", "logprobs"},
+      {R"("logprobs": true)", "logprobs"},
+      {R"("n": 2)", "n"},
+      {R"("n": "1")", "n"},
+      {R"("best_of": 2)", "best_of"},
+      {R"("echo": true)", "echo"},
+      {R"("echo": "no")", "echo"},
+      {R"("suffix": "tail")", "suffix"},
+      {R"("stream": "yes")", "stream"},
+      {R"("stream_options": true)", "stream_options"},
+      {R"("stream_options": {"include_usage": 1})",
+       "stream_options.include_usage"},
+      {R"("timeout": 0)", "timeout"},
+      {R"("timeout": -1)", "timeout"},
+      {R"("timeout": "10")", "timeout"},
+      {R"("priority": 101)", "priority"},
+      {R"("priority": "high")", "priority"},
+  };
+  for (const Case& c : cases) {
+    ExpectCompletionError(absl::StrCat(R"({"prompt": "p", )", c.fields, "}"),
+                          c.param);
+  }
+}
+
+TEST(ParseCompletionTest, NullMeansDefault) {
+  auto r = ParseCompletionRequest(
+      R"({"prompt": "p", "max_tokens": null, "temperature": null,
+          "stop": null, "logprobs": null, "n": null, "seed": null,
+          "stream_options": null, "suffix": null, "echo": null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->generate.sampling().has_max_tokens());
+  EXPECT_FALSE(r->generate.sampling().has_temperature());
+  EXPECT_FALSE(r->logprobs);
+}
+
+TEST(ParseCompletionTest, SpecialValues) {
+  // top_k -1 means disabled (vLLM), which the proto spells 0.
+  auto r = ParseCompletionRequest(
+      R"({"prompt": "p", "top_k": -1, "seed": -1, "logprobs": 0,
+          "max_tokens": 8, "max_completion_tokens": 4, "temperature": 0,
+          "stop": "###", "stream": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::SamplingParams& s = r->generate.sampling();
+  EXPECT_EQ(s.top_k(), 0u);
+  EXPECT_EQ(s.seed(), 0xFFFFFFFFFFFFFFFFull);
+  EXPECT_TRUE(s.logprobs());
+  EXPECT_EQ(s.top_logprobs(), 0u);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(s.max_tokens(), 4u);  // max_completion_tokens wins.
+  EXPECT_TRUE(s.has_temperature());
+  EXPECT_EQ(s.temperature(), 0.0f);
+  EXPECT_THAT(s.stop(), ElementsAre("###"));
+  // Streaming without stream_options: no usage.
+  EXPECT_FALSE(r->generate.stream_options().include_usage());
+  EXPECT_FALSE(r->include_usage);
+
+  auto big_seed = ParseCompletionRequest(
+      R"({"prompt": "p", "seed": 18446744073709551615})");
+  ASSERT_TRUE(big_seed.ok()) << big_seed.status();
+  EXPECT_EQ(big_seed->generate.sampling().seed(), 0xFFFFFFFFFFFFFFFFull);
+}
+
+TEST(ParseCompletionTest, MalformedJson) {
+  for (const char* body :
+       {"", "{", R"({"prompt": "a",})", "nope", "{\"prompt\": \"\xff\"}"}) {
+    auto r = ParseCompletionRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()),
+                StartsWith("request body is not valid JSON: "));
+  }
+  for (const char* body : {"[]", "5", R"("text")", "null"}) {
+    auto r = ParseCompletionRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), "request body must be a JSON object");
+  }
+}
+
+TEST(ParseCompletionTest, DeeplyNestedJsonDoesNotCrash) {
+  std::string body = R"({"prompt": "p", "x": )" + std::string(200000, '[') +
+                     std::string(200000, ']') + "}";
+  auto r = ParseCompletionRequest(body);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.text(), "p");
+}
+
+TEST(ParseChatTest, Messages) {
+  auto r = ParseChatCompletionRequest(R"({
+    "model": "llama",
+    "messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "name": "bob", "content": [
+        {"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": null},
+      {"role": "assistant", "content": "Sure,"}
+    ],
+    "continue_final_message": true,
+    "max_completion_tokens": 7, "logprobs": true, "top_logprobs": 2
+  })");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kind, OpenAiKind::kChat);
+  const v1::ChatMessages& chat = r->generate.chat();
+  ASSERT_EQ(chat.messages_size(), 4);
+  EXPECT_EQ(chat.messages(0).role(), "system");
+  EXPECT_EQ(chat.messages(0).content(), "Be brief.");
+  EXPECT_EQ(chat.messages(1).role(), "user");
+  EXPECT_EQ(chat.messages(1).name(), "bob");
+  EXPECT_EQ(chat.messages(1).content(), "Hello\nthere");
+  EXPECT_EQ(chat.messages(2).content(), "");
+  EXPECT_EQ(chat.messages(3).content(), "Sure,");
+  EXPECT_TRUE(chat.continue_final_message());
+  EXPECT_EQ(r->generate.model(), "llama");
+  EXPECT_EQ(r->generate.sampling().max_tokens(), 7u);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_TRUE(r->generate.sampling().logprobs());
+  EXPECT_EQ(r->generate.sampling().top_logprobs(), 2u);
+  EXPECT_TRUE(r->generate.stream_options().include_usage());
+}
+
+TEST(ParseChatTest, CommonFieldsApply) {
+  auto r = ParseChatCompletionRequest(R"({
+    "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7,
+    "top_k": 5, "stop": "x", "seed": 9, "stream": true,
+    "stream_options": {"include_usage": false}, "timeout": 30,
+    "logprobs": false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->generate.chat().continue_final_message());
+  EXPECT_FLOAT_EQ(r->generate.sampling().temperature(), 0.7f);
+  EXPECT_EQ(r->generate.sampling().top_k(), 5u);
+  EXPECT_EQ(r->generate.sampling().seed(), 9u);
+  EXPECT_TRUE(r->stream);
+  EXPECT_FALSE(r->generate.stream_options().include_usage());
+  EXPECT_FALSE(r->logprobs);
+  EXPECT_FALSE(r->generate.sampling().logprobs());
+  EXPECT_EQ(r->timeout, absl::Seconds(30));
+}
+
+TEST(ParseChatTest, BadValuesNameTheirParameter) {
+  ExpectChatError(R"({})", "messages");
+  ExpectChatError(R"({"messages": []})", "messages");
+  ExpectChatError(R"({"messages": "hi"})", "messages");
+  ExpectChatError(R"({"messages": ["hi"]})", "messages[0]");
+  ExpectChatError(R"({"messages": [{"content": "hi"}]})", "messages[0].role");
+  ExpectChatError(R"({"messages": [{"role": "", "content": "hi"}]})",
+                  "messages[0].role");
+  ExpectChatError(R"({"messages": [{"role": "user", "content": 5}]})",
+                  "messages[0].content");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"},
+                       {"role": "user", "content": [{"type": "image_url",
+                        "image_url": {"url": "http://x"}}]}]})",
+      "messages[1].content[0].type");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})",
+      "messages[0].content[0].text");
+  ExpectChatError(R"({"messages": [{"role": "user", "content": ["a"]}]})",
+                  "messages[0].content[0]");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a", "name": 1}]})",
+      "messages[0].name");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"}],
+          "continue_final_message": true})",
+      "continue_final_message");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"}],
+          "continue_final_message": "yes"})",
+      "continue_final_message");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"}], "logprobs": 3})",
+      "logprobs");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})",
+      "top_logprobs");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true,
+          "top_logprobs": 21})",
+      "top_logprobs");
+  ExpectChatError(R"({"messages": [{"role": "user", "content": "a"}], "n": 3})",
+                  "n");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 0})",
+      "max_tokens");
+}
+
+TEST(ParseTokenizeTest, PromptAndMessages) {
+  auto text = ParseTokenizeRequest(
+      R"({"model": "m", "prompt": "abc", "add_special_tokens": false})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->model(), "m");
+  EXPECT_EQ(text->text(), "abc");
+  ASSERT_TRUE(text->has_add_special_tokens());
+  EXPECT_FALSE(text->add_special_tokens());
+
+  auto chat = ParseTokenizeRequest(
+      R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->chat().messages(0).content(), "hi");
+  EXPECT_FALSE(chat->has_add_special_tokens());
+
+  EXPECT_FALSE(ParseTokenizeRequest(R"({"model": "m"})").ok());
+  EXPECT_FALSE(
+      ParseTokenizeRequest(R"({"prompt": "a", "messages": [{"role": "user"}]})")
+          .ok());
+  auto bad = ParseTokenizeRequest(R"({"prompt": 5})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'prompt'"));
+  EXPECT_FALSE(ParseTokenizeRequest("{").ok());
+}
+
+TEST(TokenizeBodyTest, Shape) {
+  v1::TokenizeResponse response;
+  response.add_token_ids(1);
+  response.add_token_ids(42);
+  response.set_context_length(2048);
+  json body = Parse(TokenizeBody(response));
+  EXPECT_EQ(body["tokens"], json({1, 42}));
+  EXPECT_EQ(body["count"], 2);
+  EXPECT_EQ(body["max_model_len"], 2048);
+}
+
+// ---------------------------------------------------------- formatting
+
+v1::GenerateResponse Chunk(const std::string& text, std::vector<uint32_t> ids) {
+  v1::GenerateResponse chunk;
+  chunk.set_request_id("r1");
+  chunk.set_text(text);
+  for (uint32_t id : ids) chunk.add_token_ids(id);
+  return chunk;
+}
+
+v1::GenerateResponse LastChunk(const std::string& text,
+                               std::vector<uint32_t> ids,
+                               v1::FinishReason reason) {
+  v1::GenerateResponse chunk = Chunk(text, std::move(ids));
+  chunk.set_finish_reason(reason);
+  chunk.mutable_usage()->set_prompt_tokens(5);
+  chunk.mutable_usage()->set_completion_tokens(3);
+  chunk.mutable_usage()->set_cached_prompt_tokens(2);
+  return chunk;
+}
+
+void AddLogprob(v1::GenerateResponse* chunk, uint32_t id,
+                const std::string& text, float logprob,
+                std::vector<std::pair<std::string, float>> top) {
+  v1::TokenLogprob* lp = chunk->add_logprobs();
+  lp->set_token_id(id);
+  lp->set_text(text);
+  lp->set_raw_bytes(text);
+  lp->set_logprob(logprob);
+  for (auto& [t, l] : top) {
+    v1::TopLogprob* alt = lp->add_top_logprobs();
+    alt->set_token_id(100);
+    alt->set_text(t);
+    alt->set_raw_bytes(t);
+    alt->set_logprob(l);
+  }
+}
+
+OpenAiResponseOptions Options(OpenAiKind kind, bool include_usage,
+                              bool logprobs) {
+  OpenAiResponseOptions options;
+  options.kind = kind;
+  options.id = ResponseId(kind, "r1");
+  options.model = "llama";
+  options.created_unix_s = 1700000000;
+  options.include_usage = include_usage;
+  options.logprobs = logprobs;
+  return options;
+}
+
+TEST(ResponseIdTest, Prefixes) {
+  EXPECT_EQ(ResponseId(OpenAiKind::kCompletion, "abc"), "cmpl-abc");
+  EXPECT_EQ(ResponseId(OpenAiKind::kChat, "abc"), "chatcmpl-abc");
+}
+
+TEST(FormatterTest, CompletionStream) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kCompletion, true, false));
+  std::vector<std::string> e1 = f.OnChunk(Chunk("Hel", {1}));
+  ASSERT_EQ(e1.size(), 1u);
+  json c1 = Parse(e1[0]);
+  EXPECT_EQ(c1["id"], "cmpl-r1");
+  EXPECT_EQ(c1["object"], "text_completion");
+  EXPECT_EQ(c1["created"], 1700000000);
+  EXPECT_EQ(c1["model"], "llama");
+  ASSERT_EQ(c1["choices"].size(), 1u);
+  EXPECT_EQ(c1["choices"][0]["index"], 0);
+  EXPECT_EQ(c1["choices"][0]["text"], "Hel");
+  EXPECT_TRUE(c1["choices"][0]["logprobs"].is_null());
+  EXPECT_TRUE(c1["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(c1.contains("usage"));
+  EXPECT_TRUE(c1["usage"].is_null());
+
+  // Tokens whose text is held back produce no event.
+  EXPECT_TRUE(f.OnChunk(Chunk("", {2})).empty());
+
+  v1::GenerateResponse last = LastChunk("lo", {3}, v1::FINISH_REASON_STOP);
+  last.set_stop_string("###");
+  std::vector<std::string> e2 = f.OnChunk(last);
+  ASSERT_EQ(e2.size(), 2u);
+  json c2 = Parse(e2[0]);
+  EXPECT_EQ(c2["choices"][0]["text"], "lo");
+  EXPECT_EQ(c2["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(c2["choices"][0]["stop_reason"], "###");
+  json usage = Parse(e2[1]);
+  EXPECT_EQ(usage["object"], "text_completion");
+  EXPECT_TRUE(usage["choices"].is_array());
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(usage["usage"]["total_tokens"], 8);
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+
+  json final = Parse(f.Final());
+  EXPECT_EQ(final["object"], "text_completion");
+  EXPECT_EQ(final["choices"][0]["text"], "Hello");
+  EXPECT_EQ(final["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(final["usage"]["total_tokens"], 8);
+}
+
+TEST(FormatterTest, CompletionStreamWithoutUsage) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kCompletion, false, false));
+  std::vector<std::string> events =
+      f.OnChunk(LastChunk("x", {1}, v1::FINISH_REASON_LENGTH));
+  ASSERT_EQ(events.size(), 1u);
+  json c = Parse(events[0]);
+  EXPECT_FALSE(c.contains("usage"));
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(c["choices"][0]["stop_reason"].is_null());
+}
+
+TEST(FormatterTest, FinishOnlyChunkIsStillSent) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kCompletion, false, false));
+  v1::GenerateResponse last = LastChunk("", {2}, v1::FINISH_REASON_STOP);
+  last.set_stop_token_id(2);
+  std::vector<std::string> events = f.OnChunk(last);
+  ASSERT_EQ(events.size(), 1u);
+  json c = Parse(events[0]);
+  EXPECT_EQ(c["choices"][0]["text"], "");
+  EXPECT_EQ(c["choices"][0]["stop_reason"], 2);
+}
+
+TEST(FormatterTest, CancelledIsAbort) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kChat, false, false));
+  std::vector<std::string> events =
+      f.OnChunk(LastChunk("", {}, v1::FINISH_REASON_CANCELLED));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(Parse(events[0])["choices"][0]["finish_reason"], "abort");
+  EXPECT_EQ(Parse(f.Final())["choices"][0]["finish_reason"], "abort");
+}
+
+TEST(FormatterTest, ChatStream) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kChat, true, false));
+  std::vector<std::string> e1 = f.OnChunk(Chunk("Hi", {1}));
+  ASSERT_EQ(e1.size(), 1u);
+  json c1 = Parse(e1[0]);
+  EXPECT_EQ(c1["id"], "chatcmpl-r1");
+  EXPECT_EQ(c1["object"], "chat.completion.chunk");
+  EXPECT_EQ(c1["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(c1["choices"][0]["delta"]["content"], "Hi");
+  EXPECT_TRUE(c1["choices"][0]["finish_reason"].is_null());
+
+  std::vector<std::string> e2 = f.OnChunk(Chunk(" there", {2}));
+  ASSERT_EQ(e2.size(), 1u);
+  json c2 = Parse(e2[0]);
+  EXPECT_FALSE(c2["choices"][0]["delta"].contains("role"));
+  EXPECT_EQ(c2["choices"][0]["delta"]["content"], " there");
+
+  std::vector<std::string> e3 =
+      f.OnChunk(LastChunk("", {3}, v1::FINISH_REASON_STOP));
+  ASSERT_EQ(e3.size(), 2u);
+  json c3 = Parse(e3[0]);
+  EXPECT_TRUE(c3["choices"][0]["delta"].is_object());
+  EXPECT_TRUE(c3["choices"][0]["delta"].empty());
+  EXPECT_EQ(c3["choices"][0]["finish_reason"], "stop");
+  json usage = Parse(e3[1]);
+  EXPECT_EQ(usage["object"], "chat.completion.chunk");
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+
+  json final = Parse(f.Final());
+  EXPECT_EQ(final["object"], "chat.completion");
+  EXPECT_EQ(final["id"], "chatcmpl-r1");
+  EXPECT_EQ(final["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(final["choices"][0]["message"]["content"], "Hi there");
+  EXPECT_EQ(final["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(final["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(final["usage"]["prompt_tokens"], 5);
+}
+
+TEST(FormatterTest, ChatRoleGoesOnFirstEmittedChunk) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kChat, false, false));
+  EXPECT_TRUE(f.OnChunk(Chunk("", {1})).empty());
+  std::vector<std::string> events =
+      f.OnChunk(LastChunk("", {2}, v1::FINISH_REASON_LENGTH));
+  ASSERT_EQ(events.size(), 1u);
+  json c = Parse(events[0]);
+  EXPECT_EQ(c["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(c["choices"][0]["delta"]["content"], "");
+}
+
+TEST(FormatterTest, CompletionLogprobs) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kCompletion, false, true));
+  v1::GenerateResponse c1 = Chunk("Héllo", {1, 2});
+  AddLogprob(&c1, 1, "Hé", -0.5f, {{"Hé", -0.5f}, {"Ha", -1.5f}});
+  AddLogprob(&c1, 2, "llo", -0.25f, {{"lla", -0.1f}});
+  std::vector<std::string> e1 = f.OnChunk(c1);
+  ASSERT_EQ(e1.size(), 1u);
+  json lp = Parse(e1[0])["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"Hé", "llo"}));
+  EXPECT_EQ(lp["token_logprobs"], json({-0.5, -0.25}));
+  ASSERT_EQ(lp["top_logprobs"].size(), 2u);
+  EXPECT_EQ(lp["top_logprobs"][0], json({{"Hé", -0.5}, {"Ha", -1.5}}));
+  // The sampled token is always in the dict.
+  EXPECT_EQ(lp["top_logprobs"][1], json({{"lla", -0.1f}, {"llo", -0.25}}));
+  // Offsets count characters, not bytes.
+  EXPECT_EQ(lp["text_offset"], json({0, 2}));
+
+  // A token whose text is held back still reports its logprobs.
+  v1::GenerateResponse c2 = Chunk("", {3});
+  AddLogprob(&c2, 3, "!", -std::numeric_limits<float>::infinity(), {});
+  std::vector<std::string> e2 = f.OnChunk(c2);
+  ASSERT_EQ(e2.size(), 1u);
+  json lp2 = Parse(e2[0])["choices"][0]["logprobs"];
+  EXPECT_EQ(lp2["tokens"], json({"!"}));
+  EXPECT_EQ(lp2["token_logprobs"], json({-9999.0}));
+  EXPECT_EQ(lp2["text_offset"], json({5}));
+
+  v1::GenerateResponse c3 = LastChunk("!", {}, v1::FINISH_REASON_STOP);
+  f.OnChunk(c3);
+  json final = Parse(f.Final());
+  json all = final["choices"][0]["logprobs"];
+  EXPECT_EQ(all["tokens"], json({"Hé", "llo", "!"}));
+  EXPECT_EQ(all["text_offset"], json({0, 2, 5}));
+  EXPECT_EQ(final["choices"][0]["text"], "Héllo!");
+}
+
+TEST(FormatterTest, ChatLogprobs) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kChat, false, true));
+  v1::GenerateResponse c1 = Chunk("A", {1});
+  AddLogprob(&c1, 1, "A", -0.125f, {{"A", -0.125f}, {"B", -2.0f}});
+  std::vector<std::string> events = f.OnChunk(c1);
+  ASSERT_EQ(events.size(), 1u);
+  json content = Parse(events[0])["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 1u);
+  EXPECT_EQ(content[0]["token"], "A");
+  EXPECT_EQ(content[0]["logprob"], -0.125);
+  EXPECT_EQ(content[0]["bytes"], json({65}));
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "B");
+  EXPECT_EQ(content[0]["top_logprobs"][1]["logprob"], -2.0);
+  EXPECT_EQ(content[0]["top_logprobs"][1]["bytes"], json({66}));
+
+  // A partial UTF-8 token: bytes are exact, text replaced.
+  v1::GenerateResponse c2 = LastChunk("", {2}, v1::FINISH_REASON_STOP);
+  v1::TokenLogprob* lp = c2.add_logprobs();
+  lp->set_token_id(2);
+  lp->set_text("\xEF\xBF\xBD");
+  lp->set_raw_bytes("\xC3");
+  lp->set_logprob(-1.0f);
+  f.OnChunk(c2);
+  json final = Parse(f.Final());
+  json all = final["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1]["bytes"], json({0xC3}));
+  EXPECT_EQ(all[1]["token"], "\xEF\xBF\xBD");
+  EXPECT_TRUE(all[1]["top_logprobs"].empty());
+}
+
+TEST(FormatterTest, FinalWithoutUsageCountsTokens) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kCompletion, false, false));
+  f.Accumulate(Chunk("a", {1, 2}));
+  v1::GenerateResponse last = Chunk("b", {3});
+  last.set_finish_reason(v1::FINISH_REASON_LENGTH);
+  f.Accumulate(last);
+  json final = Parse(f.Final());
+  EXPECT_EQ(final["choices"][0]["text"], "ab");
+  EXPECT_EQ(final["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(final["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(final["usage"]["prompt_tokens"], 0);
+}
+
+TEST(FormatterTest, InvalidUtf8TextDoesNotThrow) {
+  OpenAiStreamFormatter f(Options(OpenAiKind::kCompletion, false, false));
+  std::vector<std::string> events = f.OnChunk(Chunk("a\xff", {1}));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(Parse(events[0])["choices"][0]["text"], "a\xEF\xBF\xBD");
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST(ErrorTest, HttpStatusFor) {
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kOk), 200);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kOutOfRange), 400);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kFailedPrecondition), 400);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kAlreadyExists), 409);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kResourceExhausted), 503);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kCancelled), 499);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kUnimplemented), 501);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kInternal), 500);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kDataLoss), 500);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kUnknown), 500);
+}
+
+TEST(ErrorTest, ErrorBodyShape) {
+  struct Case {
+    absl::Status status;
+    const char* type;
+    int code;
+  };
+  const Case cases[] = {
+      {absl::InvalidArgumentError("bad 'x'"), "invalid_request_error", 400},
+      {absl::NotFoundError("no model"), "not_found_error", 404},
+      {absl::AlreadyExistsError("dup"), "conflict_error", 409},
+      {absl::ResourceExhaustedError("full"), "rate_limit_exceeded", 503},
+      {absl::UnavailableError("none"), "service_unavailable", 503},
+      {absl::DeadlineExceededError("late"), "timeout", 504},
+      {absl::CancelledError("gone"), "cancelled", 499},
+      {absl::UnimplementedError("no"), "not_implemented", 501},
+      {absl::InternalError("boom"), "internal_error", 500},
+  };
+  for (const Case& c : cases) {
+    json body = Parse(ErrorBody(c.status));
+    ASSERT_TRUE(body["error"].is_object());
+    EXPECT_EQ(body["error"]["message"], std::string(c.status.message()));
+    EXPECT_EQ(body["error"]["type"], c.type) << c.status;
+    EXPECT_TRUE(body["error"].contains("param"));
+    EXPECT_TRUE(body["error"]["param"].is_null());
+    EXPECT_EQ(body["error"]["code"], c.code) << c.status;
+  }
+  json custom = Parse(ErrorBody(413, "invalid_request_error", "too big"));
+  EXPECT_EQ(custom["error"]["code"], 413);
+  EXPECT_EQ(custom["error"]["message"], "too big");
+}
+
+TEST(ModelsBodyTest, Shape) {
+  v1::ListModelsResponse response;
+  v1::ModelInfo* m = response.add_models();
+  m->set_id("llama");
+  m->set_context_length(4096);
+  m->set_created_unix_s(1700000000);
+  m->set_owned_by("pdserve");
+  json body = Parse(ModelsBody(response));
+  EXPECT_EQ(body["object"], "list");
+  ASSERT_EQ(body["data"].size(), 1u);
+  EXPECT_EQ(body["data"][0]["id"], "llama");
+  EXPECT_EQ(body["data"][0]["object"], "model");
+  EXPECT_EQ(body["data"][0]["created"], 1700000000);
+  EXPECT_EQ(body["data"][0]["owned_by"], "pdserve");
+  EXPECT_EQ(body["data"][0]["max_model_len"], 4096);
+
+  json empty = Parse(ModelsBody(v1::ListModelsResponse()));
+  EXPECT_TRUE(empty["data"].is_array());
+  EXPECT_TRUE(empty["data"].empty());
+}
+
+}  // namespace
+}  // namespace pdserve::router

@@ -1,0 +1,32 @@
+// Helpers for the multi-process tests in tests/: where the server binaries
+// are, a scratch folder per test, a tiny model written once per test
+// process, and worker flags that keep several workers within two cores.
+#ifndef PDSERVE_TESTS_CLUSTER_TESTING_H_
+#define PDSERVE_TESTS_CLUSTER_TESTING_H_
+
+#include <string>
+#include <vector>
+
+namespace pdserve::testing {
+
+// Bazel's runfiles root of this workspace (the server binaries live under
+// it in bazel-bin layout).
+std::string BinDir();
+
+// A fresh folder under the test's temporary directory.
+std::string MakeWorkDir(const std::string& name);
+
+// A tiny random-weight llama model (model/tiny_model.h), written on first
+// use: fast to load and run, for tests about serving rather than numerics.
+std::string TinyModelPath();
+
+// The default model's path from PDSERVE_DEFAULT_MODEL, or "" when unset.
+std::string DefaultModelPathOrEmpty();
+
+// Flags for every worker of a test cluster: one forward-pass thread and a
+// small KV cache.
+std::vector<std::string> SmallWorkerArgs();
+
+}  // namespace pdserve::testing
+
+#endif  // PDSERVE_TESTS_CLUSTER_TESTING_H_
