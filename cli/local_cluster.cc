@@ -74,7 +74,8 @@ absl::StatusOr<std::string> FindBinary(const std::string& bin_dir,
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const LocalClusterOptions& options) {
-  if (options.num_prefill < 0 || options.num_decode < 0) {
+  if (options.num_prefill < 0 || options.num_decode < 0 ||
+      options.num_colocated < 0) {
     return absl::InvalidArgumentError("worker counts must be >= 0");
   }
   PD_ASSIGN_OR_RETURN(const std::string router_bin,
@@ -90,33 +91,63 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   cluster->options_ = options;
   const absl::Time give_up = absl::Now() + options.startup_timeout;
 
-  PD_ASSIGN_OR_RETURN(
-      LocalProcess router,
-      cluster->Launch("router", router_bin,
-                      {absl::StrCat("--listen=", options.router_listen),
-                       absl::StrCat("--lease_ms=", Ms(options.lease)),
-                       absl::StrCat("--heartbeat_ms=", Ms(options.heartbeat))},
-                      give_up));
+  std::vector<std::string> model_args;
+  if (!options.model_path.empty()) {
+    model_args.push_back(absl::StrCat("--model=", options.model_path));
+  }
+  std::vector<std::string> router_args = {
+      absl::StrCat("--listen=", options.router_listen),
+      absl::StrCat("--http_listen=", options.http_listen),
+      absl::StrCat("--control_listen=", options.control_listen),
+      absl::StrCat("--lease_ms=", Ms(options.lease)),
+      absl::StrCat("--heartbeat_ms=", Ms(options.heartbeat))};
+  router_args.insert(router_args.end(), model_args.begin(), model_args.end());
+  router_args.insert(router_args.end(), options.router_args.begin(),
+                     options.router_args.end());
+  std::vector<int> router_ports;
+  PD_ASSIGN_OR_RETURN(LocalProcess router,
+                      cluster->Launch("router", router_bin, router_args,
+                                      give_up, &router_ports));
   cluster->processes_.push_back(std::move(router));
-  const std::string router_address = cluster->router_address();
+  if (router_ports.size() < 3 || router_ports[1] <= 0) {
+    return absl::InternalError(
+        "the router's port file does not list its control port");
+  }
+  cluster->control_address_ = absl::StrCat("127.0.0.1:", router_ports[1]);
+  if (router_ports[2] > 0) {
+    cluster->http_url_ = absl::StrCat("http://127.0.0.1:", router_ports[2]);
+  }
 
-  std::vector<std::pair<std::string, std::string>> workers;
+  struct WorkerSpec {
+    std::string name;
+    std::string binary;
+    std::vector<std::string> extra;
+  };
+  std::vector<WorkerSpec> workers;
   for (int i = 0; i < options.num_prefill; ++i) {
-    workers.emplace_back(absl::StrCat("prefill-", i), prefill_bin);
+    workers.push_back({absl::StrCat("prefill-", i), prefill_bin, {}});
   }
   for (int i = 0; i < options.num_decode; ++i) {
-    workers.emplace_back(absl::StrCat("decode-", i), decode_bin);
+    workers.push_back({absl::StrCat("decode-", i), decode_bin, {}});
   }
-  for (const auto& [name, binary] : workers) {
-    PD_ASSIGN_OR_RETURN(
-        LocalProcess worker,
-        cluster->Launch(
-            name, binary,
-            {"--listen=127.0.0.1:0", absl::StrCat("--router=", router_address),
-             absl::StrCat("--worker_id=", name)},
-            give_up));
+  for (int i = 0; i < options.num_colocated; ++i) {
+    workers.push_back(
+        {absl::StrCat("colocated-", i), decode_bin, {"--colocated"}});
+  }
+  for (const WorkerSpec& spec : workers) {
+    std::vector<std::string> args = {
+        "--listen=127.0.0.1:0",
+        absl::StrCat("--router=", cluster->control_address_),
+        absl::StrCat("--worker_id=", spec.name)};
+    args.insert(args.end(), model_args.begin(), model_args.end());
+    args.insert(args.end(), spec.extra.begin(), spec.extra.end());
+    args.insert(args.end(), options.worker_args.begin(),
+                options.worker_args.end());
+    PD_ASSIGN_OR_RETURN(LocalProcess worker,
+                        cluster->Launch(spec.name, spec.binary, args, give_up));
     cluster->processes_.push_back(std::move(worker));
   }
+  const std::string router_address = cluster->control_address_;
 
   // Ready when the router lists every worker as SERVING.
   const size_t expected = workers.size();

@@ -242,8 +242,12 @@ int Generate() {
             << absl::StrFormat("%.1f",
                                absl::ToDoubleMilliseconds(first_token - start))
             << " ms at the client; TPOT "
-            << absl::StrFormat("%.1f", t.tpot_ms()) << " ms; KV transfer "
-            << absl::StrFormat("%.1f", t.kv_transfer_ms()) << " ms; prefill on "
+            << absl::StrFormat("%.1f", t.tpot_ms()) << " ms; prefill compute "
+            << absl::StrFormat("%.1f", t.prefill_compute_ms())
+            << " ms; KV transfer "
+            << absl::StrFormat("%.1f", t.kv_transfer_ms()) << " ms, of it "
+            << absl::StrFormat("%.1f", t.kv_transfer_tail_ms())
+            << " ms after the compute; prefill on "
             << (t.prefill_worker_id().empty() ? std::string("the decode worker")
                                               : t.prefill_worker_id())
             << ", decode on " << t.decode_worker_id() << "]\n";

@@ -435,7 +435,8 @@ v1::CancelResponse DecodeWorker::Cancel(const v1::CancelRequest& request) {
 }
 
 v1::ModelInfo DecodeWorker::model_info() const {
-  return engine::ModelInfoFor(model_, engine_->runner().kv_layout());
+  return engine::ModelInfoFor(model_, model_.name(),
+                              engine_->runner().kv_layout());
 }
 
 std::vector<v1::TransportKind> DecodeWorker::transports() const {

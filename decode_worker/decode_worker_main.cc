@@ -74,6 +74,7 @@ int Run() {
   process.on_drain = [w] { w->BeginDrain(); };
   process.inflight_requests = [w] { return w->inflight(); };
   process.model = w->model_info();
+  process.model.set_id(engine::ServedModelName(engine::ModelPathFromFlags()));
   process.transports = w->transports();
   process.max_running_sequences = options.engine.max_running;
   process.max_batch_tokens = options.engine.runner.max_batch_tokens;

@@ -3,10 +3,14 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "model/default_model.h"
 
 ABSL_FLAG(std::string, model, "",
           "GGUF model file (default: the project's default model)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model id clients use (default: the model file's name "
+          "without .gguf)");
 ABSL_FLAG(int32_t, kv_cache_mb, 256, "KV cache size in MiB");
 ABSL_FLAG(int32_t, kv_block_size, 16, "tokens per KV block");
 ABSL_FLAG(int32_t, max_batch_tokens, 512,
@@ -18,10 +22,23 @@ ABSL_FLAG(bool, prefix_cache, true, "reuse KV of shared prompt prefixes");
 
 namespace pdserve::engine {
 
+std::string ModelPathFromFlags() {
+  const std::string path = absl::GetFlag(FLAGS_model);
+  return path.empty() ? model::DefaultModelPath() : path;
+}
+
 absl::StatusOr<std::unique_ptr<model::Model>> OpenModelFromFlags() {
-  std::string path = absl::GetFlag(FLAGS_model);
-  if (path.empty()) path = model::DefaultModelPath();
-  return model::Model::Open(path);
+  return model::Model::Open(ModelPathFromFlags());
+}
+
+std::string ServedModelName(const std::string& model_path) {
+  if (const std::string name = absl::GetFlag(FLAGS_served_model_name);
+      !name.empty()) {
+    return name;
+  }
+  std::string base = model_path.substr(model_path.rfind('/') + 1);
+  if (absl::EndsWith(base, ".gguf")) base.resize(base.size() - 5);
+  return base;
 }
 
 EngineOptions EngineOptionsFromFlags() {

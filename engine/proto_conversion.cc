@@ -68,10 +68,10 @@ v1::TokenLogprob ToProto(const SampleResult& sample,
   return out;
 }
 
-v1::ModelInfo ModelInfoFor(const model::Model& model,
+v1::ModelInfo ModelInfoFor(const model::Model& model, const std::string& id,
                            const v1::KvLayout& layout) {
   v1::ModelInfo info;
-  info.set_id(model.name());
+  info.set_id(id);
   info.set_architecture(model.config().architecture);
   info.set_context_length(model.config().context_length);
   info.set_vocab_size(model.config().vocab_size);

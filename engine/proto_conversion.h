@@ -32,9 +32,9 @@ v1::FinishReason ToProto(FinishReason reason);
 v1::TokenLogprob ToProto(const SampleResult& sample,
                          const model::Tokenizer& tokenizer);
 
-// What a worker serving `model` registers: id (the model's name),
-// architecture, context, vocabulary, quantization and its KV layout.
-v1::ModelInfo ModelInfoFor(const model::Model& model,
+// What a worker serving `model` under `id` registers: id, architecture,
+// context, vocabulary, quantization and its KV layout.
+v1::ModelInfo ModelInfoFor(const model::Model& model, const std::string& id,
                            const v1::KvLayout& layout);
 
 // Prefix-cache events for the router's KV index, one block hash each.

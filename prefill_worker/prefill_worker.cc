@@ -489,7 +489,7 @@ void PrefillWorker::Finish(std::unique_ptr<Job> job) {
 }
 
 v1::ModelInfo PrefillWorker::model_info() const {
-  return engine::ModelInfoFor(model_, runner_->kv_layout());
+  return engine::ModelInfoFor(model_, model_.name(), runner_->kv_layout());
 }
 
 std::vector<v1::TransportKind> PrefillWorker::transports() const {

@@ -68,6 +68,7 @@ int Run() {
   process.on_drain = [w] { w->BeginDrain(); };
   process.inflight_requests = [w] { return w->inflight(); };
   process.model = w->model_info();
+  process.model.set_id(engine::ServedModelName(engine::ModelPathFromFlags()));
   process.transports = w->transports();
   process.max_batch_tokens = options.runner.max_batch_tokens;
   process.load = [w] { return w->Load(); };

@@ -73,11 +73,13 @@ class GenerationCore::Request {
 
   const std::string& id() const { return id_; }
   bool client_gone() const { return client_gone_; }
-  void set_prefill(const std::string& worker_id, uint32_t cached_tokens,
-                   double kv_transfer_ms) {
+  void set_prefill(const std::string& worker_id,
+                   const v1::PrefillResponse& response) {
     prefill_worker_ = worker_id;
-    prefill_cached_ = cached_tokens;
-    kv_transfer_ms_ = kv_transfer_ms;
+    prefill_cached_ = response.cached_prefix_tokens();
+    kv_transfer_ms_ = response.timing().transfer_ms();
+    kv_transfer_tail_ms_ = response.timing().transfer_tail_ms();
+    prefill_compute_ms_ = response.timing().compute_ms();
   }
   void set_routed(absl::Time when) { routed_ = when; }
 
@@ -116,6 +118,9 @@ class GenerationCore::Request {
     if (!prefill_worker_.empty()) {
       usage.set_cached_prompt_tokens(prefill_cached_);
     }
+    if (c.timing().local_prefill_ms() > 0) {
+      prefill_compute_ms_ = c.timing().local_prefill_ms();
+    }
     return Send(std::move(out), usage, c.timing().decode_worker_id());
   }
 
@@ -147,6 +152,8 @@ class GenerationCore::Request {
         t->set_e2e_ms(Ms(now - arrival_));
         t->set_decode_worker_id(decode_worker_);
         t->set_kv_transfer_ms(kv_transfer_ms_);
+        t->set_kv_transfer_tail_ms(kv_transfer_tail_ms_);
+        t->set_prefill_compute_ms(prefill_compute_ms_);
       }
     }
     sent_any_ = true;
@@ -171,6 +178,8 @@ class GenerationCore::Request {
   std::string decode_worker_;
   uint32_t prefill_cached_ = 0;
   double kv_transfer_ms_ = 0;
+  double kv_transfer_tail_ms_ = 0;
+  double prefill_compute_ms_ = 0;
 };
 
 GenerationCore::GenerationCore(const model::Model* model,
@@ -233,10 +242,10 @@ absl::Status GenerationCore::Validate(v1::GenerateRequest& request,
     return absl::InvalidArgumentError(absl::StrCat(
         "request_id is longer than ", kMaxRequestIdBytes, " bytes"));
   }
-  if (!request.model().empty() && request.model() != model_->name()) {
+  if (!request.model().empty() && request.model() != options_.model_id) {
     return absl::NotFoundError(absl::StrCat("model '", request.model(),
                                             "' is not served here; try '",
-                                            model_->name(), "'"));
+                                            options_.model_id, "'"));
   }
   if (tokens.empty()) return absl::InvalidArgumentError("the prompt is empty");
   const int32_t context = model_->config().context_length;
@@ -261,7 +270,7 @@ std::vector<WorkerView> GenerationCore::Candidates(
        registry_->List(absl::Now(), role,
                        /*exact_role=*/role == v1::WORKER_ROLE_PREFILL)) {
     if (r.state != v1::WORKER_STATE_SERVING) continue;
-    if (r.registration.model.id() != model_->name()) continue;
+    if (r.registration.model.id() != options_.model_id) continue;
     WorkerView w;
     w.worker_id = r.registration.worker_id;
     w.address = r.registration.address;
@@ -355,7 +364,7 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
   std::vector<WorkerView> decode = Candidates(v1::WORKER_ROLE_DECODE, tokens);
   if (decode.empty()) {
     return absl::UnavailableError(absl::StrCat(
-        "no decode worker is serving model '", model_->name(), "'"));
+        "no decode worker is serving model '", options_.model_id, "'"));
   }
   std::vector<WorkerView> prefill = Candidates(v1::WORKER_ROLE_PREFILL, tokens);
   const Route route = policy_->Choose(prefill, decode, tokens.size(),
@@ -522,8 +531,7 @@ absl::Status GenerationCore::RunDisaggregated(
     return WorkerError(absl::StrCat("prefill on ", prefill.worker_id),
                        prefilled);
   }
-  state.set_prefill(prefill.worker_id, first.cached_prefix_tokens(),
-                    first.timing().transfer_ms());
+  state.set_prefill(prefill.worker_id, first);
 
   // 3. The first token goes to the client now; decoding continues it.
   const bool client_there = state.SendFirst(first, tokens.size());
@@ -550,7 +558,7 @@ absl::Status GenerationCore::RunDisaggregated(
 
 absl::StatusOr<v1::TokenizeResponse> GenerationCore::Tokenize(
     const v1::TokenizeRequest& request) {
-  if (!request.model().empty() && request.model() != model_->name()) {
+  if (!request.model().empty() && request.model() != options_.model_id) {
     return absl::NotFoundError(
         absl::StrCat("model '", request.model(), "' is not served here"));
   }
@@ -632,12 +640,12 @@ absl::Status GenerationCore::CheckReady() {
   for (const WorkerRecord& r :
        registry_->List(absl::Now(), v1::WORKER_ROLE_DECODE)) {
     if (r.state == v1::WORKER_STATE_SERVING &&
-        r.registration.model.id() == model_->name()) {
+        r.registration.model.id() == options_.model_id) {
       return absl::OkStatus();
     }
   }
-  return absl::UnavailableError(
-      absl::StrCat("no decode worker is serving model '", model_->name(), "'"));
+  return absl::UnavailableError(absl::StrCat(
+      "no decode worker is serving model '", options_.model_id, "'"));
 }
 
 }  // namespace pdserve::router

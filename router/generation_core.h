@@ -44,6 +44,8 @@
 namespace pdserve::router {
 
 struct GenerationCoreOptions {
+  // The model id clients name and workers register (ModelInfo.id).
+  std::string model_id;
   // Requests running at once; more are refused (RESOURCE_EXHAUSTED).
   int32_t max_inflight = 256;
   // Suggested client wait after a RESOURCE_EXHAUSTED.

@@ -254,8 +254,9 @@ class HttpFrontend::Impl {
     if (status.code() == absl::StatusCode::kResourceExhausted) {
       res.set_header("Retry-After", absl::StrCat(options_.retry_after_s));
     }
-    if (http_status >= 500) {
-      PD_LOG(WARNING) << "HTTP " << http_status << ": " << status;
+    // 503s (overload, no worker) are expected under load and not logged.
+    if (http_status == 500) {
+      PD_LOG(WARNING) << "HTTP 500: " << status;
     }
     SendJson(res, http_status, ErrorBody(status));
   }

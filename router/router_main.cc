@@ -26,7 +26,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/termination_signal.h"
-#include "model/default_model.h"
+#include "engine/engine_flags.h"
 #include "model/model.h"
 #include "router/control_services.h"
 #include "router/generation_core.h"
@@ -45,9 +45,6 @@ ABSL_FLAG(std::string, control_listen, "127.0.0.1:50051",
 ABSL_FLAG(std::string, port_file, "",
           "if set, written once serving: the client gRPC, control and HTTP "
           "ports on one line");
-ABSL_FLAG(std::string, model, "",
-          "GGUF file for tokenization and the chat template (default: the "
-          "project's default model)");
 ABSL_FLAG(std::string, routing_policy, "kv_aware",
           "round_robin, least_loaded or kv_aware (changeable at run time "
           "with pdctl policy)");
@@ -79,8 +76,9 @@ absl::StatusOr<v1::RoutingPolicy> ParsePolicy(std::string name) {
 }
 
 int Run() {
-  std::string model_path = absl::GetFlag(FLAGS_model);
-  if (model_path.empty()) model_path = model::DefaultModelPath();
+  // --model (engine/engine_flags.h): the file the workers serve, read here
+  // for its tokenizer and chat template.
+  const std::string model_path = engine::ModelPathFromFlags();
   absl::StatusOr<std::unique_ptr<model::Model>> model =
       model::Model::Open(model_path);
   if (!model.ok()) {
@@ -112,6 +110,7 @@ int Run() {
   }
   GenerationCoreOptions core_options;
   core_options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  core_options.model_id = engine::ServedModelName(model_path);
   GenerationCore core(model->get(), registry->get(), &policy, core_options);
   const absl::Duration request_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_request_timeout_ms));
@@ -179,8 +178,8 @@ int Run() {
         << (http != nullptr ? http->port() : 0) << "\n";
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }
-  PD_LOG(INFO) << "router serving model " << (*model)->name() << ": gRPC on "
-               << (*client)->address() << ", HTTP on "
+  PD_LOG(INFO) << "router serving model " << core_options.model_id
+               << ": gRPC on " << (*client)->address() << ", HTTP on "
                << (http != nullptr ? absl::StrCat("127.0.0.1:", http->port())
                                    : std::string("(off)"))
                << ", control on " << (*control)->address();
