@@ -189,12 +189,17 @@ TEST_F(ClusterTest, WorkersRegisterAgainWithARestartedRouter) {
   // A new router takes over the old one's address, as a restarted pod would.
   cli::LocalProcess* router = cluster_->Find("router");
   const std::string address = router->address;
+  const std::string control = cluster_->control_address();
   router->process->Signal(SIGKILL);
   ASSERT_TRUE(router->process->Wait(absl::Seconds(5)).ok());
 
   SubprocessOptions restart;
   restart.argv = {absl::StrCat(BinDir(), "/router/pd-router"),
-                  absl::StrCat("--listen=", address), "--lease_ms=1200",
+                  absl::StrCat("--listen=", address),
+                  absl::StrCat("--control_listen=", control),
+                  "--http_listen=",
+                  absl::StrCat("--model=", testing::TinyModelPath()),
+                  "--lease_ms=1200",
                   "--heartbeat_ms=200"};
   restart.log_path = absl::StrCat(options_.work_dir, "/router-2.log");
   absl::StatusOr<std::unique_ptr<Subprocess>> new_router =

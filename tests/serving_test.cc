@@ -1,0 +1,580 @@
+// Disaggregated serving end to end: a router, prefill and decode workers as
+// real processes on loopback, KV moving over UCX, answering gRPC and OpenAI
+// HTTP clients. Every answer is checked against the offline engine run on
+// the same model in this process: the cluster must not change a single
+// token, greedy or seeded.
+//
+// Tests that need the real default model (KV-aware routing's latency, the
+// official clients) use PDSERVE_DEFAULT_MODEL and skip without it; the rest
+// run on a tiny generated model.
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "cli/admin_client.h"
+#include "cli/generate_client.h"
+#include "cli/local_cluster.h"
+#include "common/subprocess.h"
+#include "engine/llm_engine.h"
+#include "engine/proto_conversion.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "model/model.h"
+#include "tests/cluster_testing.h"
+
+namespace pdserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+// What a client saw of one request.
+struct Outcome {
+  absl::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  v1::Usage usage;
+  v1::Timing timing;
+  double client_ttft_ms = 0;
+  // generated_offset always equalled the tokens received before.
+  bool contiguous = true;
+  int chunks = 0;
+};
+
+Outcome Generate(const std::string& address, const v1::GenerateRequest& request,
+                 absl::Duration timeout = absl::Seconds(180)) {
+  Outcome out;
+  const absl::Time start = absl::Now();
+  out.status = cli::StreamGenerate(
+      address, request, timeout, [&](const v1::GenerateResponse& chunk) {
+        if (chunk.generated_offset() != out.tokens.size()) {
+          out.contiguous = false;
+        }
+        if (out.tokens.empty() && chunk.token_ids_size() > 0) {
+          out.client_ttft_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+        }
+        out.tokens.insert(out.tokens.end(), chunk.token_ids().begin(),
+                          chunk.token_ids().end());
+        out.text += chunk.text();
+        ++out.chunks;
+        if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+          out.finish = chunk.finish_reason();
+          out.usage = chunk.usage();
+        }
+        if (chunk.has_timing()) out.timing = chunk.timing();
+      });
+  return out;
+}
+
+// The offline engine on the same model: the reference for every answer.
+class OfflineEngine {
+ public:
+  explicit OfflineEngine(const std::string& path) {
+    auto model = model::Model::Open(path);
+    EXPECT_TRUE(model.ok()) << model.status();
+    model_ = std::move(model).value();
+    engine::EngineOptions options;
+    options.runner.num_threads = 1;
+    auto engine = engine::LlmEngine::Create(*model_, options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(engine).value();
+  }
+
+  Outcome Run(const v1::GenerateRequest& request) {
+    Outcome out;
+    engine::EngineRequest er;
+    switch (request.prompt_case()) {
+      case v1::GenerateRequest::kText:
+        er.prompt = model_->EncodePrompt(request.text());
+        break;
+      case v1::GenerateRequest::kChat: {
+        std::vector<model::ChatMessage> messages;
+        for (const auto& m : request.chat().messages()) {
+          messages.push_back({m.role(), m.content()});
+        }
+        auto ids = model_->EncodeChat(messages);
+        EXPECT_TRUE(ids.ok()) << ids.status();
+        if (ids.ok()) er.prompt.assign(ids->begin(), ids->end());
+        break;
+      }
+      default:
+        er.prompt.assign(request.token_ids().ids().begin(),
+                         request.token_ids().ids().end());
+    }
+    er.sampling = engine::FromProto(request.sampling());
+    er.on_output = [&](const engine::RequestOutput& o) {
+      out.tokens.insert(out.tokens.end(), o.token_ids.begin(),
+                        o.token_ids.end());
+      out.text += o.text;
+      if (o.finish == engine::RequestFinish::kStop) {
+        out.finish = v1::FINISH_REASON_STOP;
+      } else if (o.finish == engine::RequestFinish::kLength) {
+        out.finish = v1::FINISH_REASON_LENGTH;
+      }
+      out.usage.set_prompt_tokens(o.prompt_tokens);
+      out.usage.set_completion_tokens(o.completion_tokens);
+    };
+    out.status = engine_->AddRequest(std::move(er)).status();
+    if (out.status.ok()) out.status = engine_->RunUntilIdle();
+    return out;
+  }
+
+  const model::Model& model() const { return *model_; }
+
+ private:
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<engine::LlmEngine> engine_;
+};
+
+v1::GenerateRequest TextRequest(const std::string& text, uint32_t max_tokens) {
+  v1::GenerateRequest r;
+  r.set_text(text);
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  r.mutable_stream_options()->set_include_usage(true);
+  r.mutable_stream_options()->set_include_timing(true);
+  return r;
+}
+
+v1::GenerateRequest TokenRequest(int length, int salt, uint32_t max_tokens,
+                                 int32_t vocab) {
+  v1::GenerateRequest r;
+  for (int i = 0; i < length; ++i) {
+    r.mutable_token_ids()->add_ids((i * 131 + salt * 977 + 7) % (vocab - 10) +
+                                   3);
+  }
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  r.mutable_sampling()->set_ignore_eos(true);
+  r.mutable_stream_options()->set_include_usage(true);
+  r.mutable_stream_options()->set_include_timing(true);
+  return r;
+}
+
+void Seed(v1::GenerateRequest* r, uint64_t seed) {
+  r->mutable_sampling()->set_temperature(0.9f);
+  r->mutable_sampling()->set_top_p(0.95f);
+  r->mutable_sampling()->set_seed(seed);
+}
+
+// A varied set: plain text, chat, seeded sampling with penalties and a stop
+// string, pre-tokenized prompts spanning several KV blocks.
+std::vector<v1::GenerateRequest> MixedRequests(int32_t vocab) {
+  std::vector<v1::GenerateRequest> requests;
+  requests.push_back(TextRequest("The capital of France is", 16));
+  v1::GenerateRequest chat;
+  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Name three colors.");
+  chat.mutable_sampling()->set_temperature(0);
+  chat.mutable_sampling()->set_max_tokens(20);
+  chat.mutable_stream_options()->set_include_usage(true);
+  chat.mutable_stream_options()->set_include_timing(true);
+  requests.push_back(chat);
+  v1::GenerateRequest seeded = TextRequest("Once upon a time", 16);
+  Seed(&seeded, 7);
+  requests.push_back(seeded);
+  v1::GenerateRequest penalised = TextRequest("My favourite food is", 24);
+  Seed(&penalised, 11);
+  penalised.mutable_sampling()->set_presence_penalty(0.5f);
+  penalised.mutable_sampling()->set_frequency_penalty(0.3f);
+  penalised.mutable_sampling()->add_stop(".");
+  requests.push_back(penalised);
+  requests.push_back(TokenRequest(70, 1, 12, vocab));
+  v1::GenerateRequest long_seeded = TokenRequest(45, 2, 10, vocab);
+  Seed(&long_seeded, 3);
+  requests.push_back(long_seeded);
+  return requests;
+}
+
+void ExpectSameAnswer(const Outcome& cluster, const Outcome& offline,
+                      const std::string& what) {
+  ASSERT_TRUE(cluster.status.ok()) << what << ": " << cluster.status;
+  ASSERT_TRUE(offline.status.ok()) << what << ": " << offline.status;
+  EXPECT_EQ(cluster.tokens, offline.tokens) << what;
+  EXPECT_EQ(cluster.text, offline.text) << what;
+  EXPECT_EQ(cluster.finish, offline.finish) << what;
+  EXPECT_TRUE(cluster.contiguous) << what;
+  EXPECT_EQ(cluster.usage.completion_tokens(), offline.tokens.size()) << what;
+  EXPECT_EQ(cluster.usage.prompt_tokens(), offline.usage.prompt_tokens())
+      << what;
+}
+
+struct ClusterShape {
+  int prefill = 1;
+  int decode = 1;
+  int colocated = 0;
+};
+
+class ServingTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& name, const std::string& model_path,
+             ClusterShape shape, std::vector<std::string> router_args = {},
+             std::vector<std::string> worker_args = {}) {
+    cli::LocalClusterOptions options;
+    options.bin_dir = testing::BinDir();
+    options.work_dir = testing::MakeWorkDir(name);
+    options.model_path = model_path;
+    options.num_prefill = shape.prefill;
+    options.num_decode = shape.decode;
+    options.num_colocated = shape.colocated;
+    options.heartbeat = absl::Milliseconds(200);
+    options.startup_timeout = absl::Seconds(60);
+    options.router_args = std::move(router_args);
+    options.worker_args = {"--threads=1"};
+    options.worker_args.insert(options.worker_args.end(), worker_args.begin(),
+                               worker_args.end());
+    auto cluster = cli::LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(cluster).value();
+  }
+
+  void TearDown() override {
+    if (cluster_ != nullptr) {
+      EXPECT_TRUE(cluster_->Stop(absl::Seconds(20)).ok());
+    }
+  }
+
+  // Waits until every worker reports (by heartbeat) all its KV blocks free
+  // and nothing reserved or in flight.
+  void ExpectKvIdle(absl::Duration timeout = absl::Seconds(10)) {
+    const absl::Time give_up = absl::Now() + timeout;
+    std::string busy;
+    while (absl::Now() < give_up) {
+      auto listed =
+          cli::ListWorkers(cluster_->control_address(),
+                           v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(5));
+      ASSERT_TRUE(listed.ok()) << listed.status();
+      busy.clear();
+      for (const v1::WorkerInfo& w : listed->workers()) {
+        const v1::WorkerLoad& l = w.load();
+        if (l.total_kv_blocks() == 0 ||
+            l.free_kv_blocks() != l.total_kv_blocks() ||
+            l.reserved_kv_blocks() != 0 || w.inflight_requests() != 0) {
+          absl::StrAppend(&busy, w.worker_id(), " free ", l.free_kv_blocks(),
+                          "/", l.total_kv_blocks(), " reserved ",
+                          l.reserved_kv_blocks(), " in flight ",
+                          w.inflight_requests(), "; ");
+        }
+      }
+      if (busy.empty()) return;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    ADD_FAILURE() << "KV blocks still in use: " << busy;
+  }
+
+  std::unique_ptr<cli::LocalCluster> cluster_;
+};
+
+TEST_F(ServingTest, DisaggregatedOutputsMatchTheOfflineEngine) {
+  const std::string model = testing::TinyModelPath();
+  OfflineEngine offline(model);
+  const std::vector<v1::GenerateRequest> requests =
+      MixedRequests(offline.model().config().vocab_size);
+  for (const ClusterShape shape :
+       {ClusterShape{1, 1, 0}, ClusterShape{2, 2, 0}, ClusterShape{0, 0, 1}}) {
+    const std::string name = absl::StrCat(
+        "match-", shape.prefill, "p", shape.decode, "d", shape.colocated, "c");
+    Start(name, model, shape);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      // Twice each: the second run hits the prefix caches.
+      for (int round = 0; round < 2; ++round) {
+        const Outcome got = Generate(cluster_->router_address(), requests[i]);
+        ExpectSameAnswer(got, offline.Run(requests[i]),
+                         absl::StrCat(name, " request ", i, " round ", round));
+        if (shape.colocated == 0) {
+          EXPECT_THAT(got.timing.prefill_worker_id(), HasSubstr("prefill-"));
+          EXPECT_THAT(got.timing.decode_worker_id(), HasSubstr("decode-"));
+        } else {
+          EXPECT_EQ(got.timing.decode_worker_id(), "colocated-0");
+        }
+      }
+    }
+    ExpectKvIdle();
+    ASSERT_TRUE(cluster_->Stop(absl::Seconds(20)).ok());
+    cluster_.reset();
+  }
+}
+
+TEST_F(ServingTest, DefaultModelThroughTheClusterMatchesTheOfflineEngine) {
+  const std::string model = testing::DefaultModelPathOrEmpty();
+  if (model.empty()) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL is not set";
+  OfflineEngine offline(model);
+  Start("default-model", model, {1, 1, 0}, {}, {"--kv_cache_mb=64"});
+  std::vector<v1::GenerateRequest> requests =
+      MixedRequests(offline.model().config().vocab_size);
+  requests.resize(4);  // the text and chat ones: real text through real UCX
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ExpectSameAnswer(Generate(cluster_->router_address(), requests[i]),
+                     offline.Run(requests[i]), absl::StrCat("request ", i));
+  }
+  ExpectKvIdle();
+}
+
+TEST_F(ServingTest, SixtyFourConcurrentStreamsAllCompleteCorrectly) {
+  const std::string model = testing::TinyModelPath();
+  OfflineEngine offline(model);
+  const int32_t vocab = offline.model().config().vocab_size;
+  Start("concurrent", model, {1, 1, 0}, {}, {"--kv_cache_mb=16"});
+  constexpr int kRequests = 64;
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < kRequests; ++i) {
+    v1::GenerateRequest r =
+        TokenRequest(3 + (i * 37) % 180, i, 1 + (i * 7) % 40, vocab);
+    if (i % 2 == 1) Seed(&r, 1000 + i);
+    requests.push_back(r);
+  }
+  std::vector<Outcome> got(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back(
+        [&, i] { got[i] = Generate(cluster_->router_address(), requests[i]); });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ExpectSameAnswer(got[i], offline.Run(requests[i]),
+                     absl::StrCat("request ", i));
+  }
+  ExpectKvIdle();
+}
+
+TEST_F(ServingTest, ConditionalDisaggregationPrefillsShortPromptsLocally) {
+  const std::string model = testing::TinyModelPath();
+  OfflineEngine offline(model);
+  const int32_t vocab = offline.model().config().vocab_size;
+  Start("conditional", model, {1, 1, 0},
+        {"--local_prefill_max_uncached_tokens=32"});
+  const v1::GenerateRequest short_prompt = TokenRequest(20, 5, 8, vocab);
+  const v1::GenerateRequest long_prompt = TokenRequest(100, 6, 8, vocab);
+  Outcome got = Generate(cluster_->router_address(), short_prompt);
+  ExpectSameAnswer(got, offline.Run(short_prompt), "short");
+  EXPECT_EQ(got.timing.prefill_worker_id(), "");
+  got = Generate(cluster_->router_address(), long_prompt);
+  ExpectSameAnswer(got, offline.Run(long_prompt), "long");
+  EXPECT_EQ(got.timing.prefill_worker_id(), "prefill-0");
+
+  // The threshold changes at run time through the admin API.
+  v1::RoutingConfig config;
+  config.set_policy(v1::ROUTING_POLICY_LEAST_LOADED);
+  config.set_local_prefill_max_uncached_tokens(0);
+  auto set = cli::SetRoutingPolicy(cluster_->control_address(), config,
+                                   absl::Seconds(5));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->previous().policy(), v1::ROUTING_POLICY_KV_AWARE);
+  got = Generate(cluster_->router_address(), short_prompt);
+  ExpectSameAnswer(got, offline.Run(short_prompt), "short, after");
+  EXPECT_EQ(got.timing.prefill_worker_id(), "prefill-0");
+  ExpectKvIdle();
+}
+
+TEST_F(ServingTest, KvAwareRoutingSendsASharedPrefixToTheWorkerHoldingIt) {
+  const std::string model = testing::DefaultModelPathOrEmpty();
+  if (model.empty()) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL is not set";
+  Start("kv-aware", model, {2, 1, 0}, {"--routing_policy=kv_aware"},
+        {"--kv_cache_mb=64"});
+  constexpr int32_t kVocab = 49152;
+  // 256 shared tokens (16 blocks), then a distinct tail.
+  auto prompt = [&](int prefix_salt, int tail_salt) {
+    v1::GenerateRequest r = TokenRequest(256, prefix_salt, 4, kVocab);
+    v1::GenerateRequest tail = TokenRequest(24, tail_salt, 4, kVocab);
+    r.mutable_token_ids()->mutable_ids()->MergeFrom(tail.token_ids().ids());
+    return r;
+  };
+  const Outcome first = Generate(cluster_->router_address(), prompt(1, 10));
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  const std::string holder = first.timing.prefill_worker_id();
+  ASSERT_THAT(holder, HasSubstr("prefill-"));
+  EXPECT_EQ(first.usage.cached_prompt_tokens(), 0u);
+  // Let the holder's next heartbeat carry its prefix-cache events.
+  absl::SleepFor(absl::Milliseconds(800));
+
+  const Outcome warm = Generate(cluster_->router_address(), prompt(1, 11));
+  ASSERT_TRUE(warm.status.ok()) << warm.status;
+  EXPECT_EQ(warm.timing.prefill_worker_id(), holder);
+  EXPECT_GE(warm.usage.cached_prompt_tokens(), 256u);
+  const Outcome cold = Generate(cluster_->router_address(), prompt(2, 12));
+  ASSERT_TRUE(cold.status.ok()) << cold.status;
+  EXPECT_EQ(cold.usage.cached_prompt_tokens(), 0u);
+  // 24 tokens computed instead of 280.
+  EXPECT_LT(warm.timing.ttft_ms(), cold.timing.ttft_ms());
+  EXPECT_LT(warm.timing.prefill_compute_ms(),
+            cold.timing.prefill_compute_ms() / 2);
+  ExpectKvIdle();
+}
+
+// Bad input gets its error over both APIs, and the router keeps serving.
+TEST_F(ServingTest, BadInputsGetClearErrorsAndTheRouterKeepsServing) {
+  const std::string model = testing::TinyModelPath();
+  OfflineEngine offline(model);
+  const int32_t vocab = offline.model().config().vocab_size;
+  const int32_t context = offline.model().config().context_length;
+  Start("bad-input", model, {1, 1, 0});
+  const std::string grpc = cluster_->router_address();
+  struct Case {
+    std::string what;
+    v1::GenerateRequest request;
+    absl::StatusCode code;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"empty text", TextRequest("", 4),
+                   absl::StatusCode::kInvalidArgument, "empty"});
+  v1::GenerateRequest none;
+  cases.push_back({"no prompt", none, absl::StatusCode::kInvalidArgument,
+                   "prompt is required"});
+  cases.push_back({"over-long prompt", TokenRequest(context, 1, 4, vocab),
+                   absl::StatusCode::kInvalidArgument, "context"});
+  v1::GenerateRequest bad_token = TokenRequest(5, 1, 4, vocab);
+  bad_token.mutable_token_ids()->add_ids(vocab + 5);
+  cases.push_back({"token outside the vocabulary", bad_token,
+                   absl::StatusCode::kInvalidArgument, "vocabulary"});
+  v1::GenerateRequest bad_temperature = TextRequest("hi", 4);
+  bad_temperature.mutable_sampling()->set_temperature(-1);
+  cases.push_back({"negative temperature", bad_temperature,
+                   absl::StatusCode::kInvalidArgument, "temperature"});
+  v1::GenerateRequest bad_top_p = TextRequest("hi", 4);
+  bad_top_p.mutable_sampling()->set_top_p(1.5f);
+  cases.push_back({"top_p above 1", bad_top_p,
+                   absl::StatusCode::kInvalidArgument, "top_p"});
+  v1::GenerateRequest unknown_model = TextRequest("hi", 4);
+  unknown_model.set_model("no-such-model");
+  cases.push_back({"unknown model", unknown_model, absl::StatusCode::kNotFound,
+                   "no-such-model"});
+  for (const Case& c : cases) {
+    const Outcome got = Generate(grpc, c.request);
+    EXPECT_EQ(got.status.code(), c.code) << c.what << ": " << got.status;
+    EXPECT_THAT(std::string(got.status.message()), HasSubstr(c.message))
+        << c.what;
+    EXPECT_EQ(got.chunks, 0) << c.what;
+  }
+
+  httplib::Client http(cluster_->http_url());
+  http.set_read_timeout(60, 0);
+  struct HttpCase {
+    std::string what;
+    std::string path;
+    std::string body;
+    int status;
+    std::string message;
+  };
+  const std::vector<HttpCase> http_cases = {
+      {"malformed JSON", "/v1/completions", "{\"prompt\": ", 400, "JSON"},
+      {"negative temperature", "/v1/completions",
+       R"({"prompt": "hi", "temperature": -1})", 400, "temperature"},
+      {"no messages", "/v1/chat/completions", R"({"max_tokens": 4})", 400,
+       "messages"},
+      {"empty prompt", "/v1/completions", R"({"prompt": ""})", 400, "empty"},
+      {"unknown model", "/v1/completions",
+       R"({"model": "no-such-model", "prompt": "hi"})", 404, "no-such-model"},
+      {"unknown path", "/v1/nothing", "{}", 404, ""},
+  };
+  for (const HttpCase& c : http_cases) {
+    auto res = http.Post(c.path, c.body, "application/json");
+    ASSERT_TRUE(res) << c.what << ": " << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, c.status) << c.what << ": " << res->body;
+    EXPECT_THAT(res->body, HasSubstr("\"error\"")) << c.what;
+    EXPECT_THAT(res->body, HasSubstr(c.message)) << c.what;
+  }
+
+  // Still serving, over both APIs.
+  const v1::GenerateRequest good = TokenRequest(10, 3, 6, vocab);
+  ExpectSameAnswer(Generate(grpc, good), offline.Run(good), "after errors");
+  auto ok =
+      http.Post("/v1/completions", R"({"prompt": "hello", "max_tokens": 4})",
+                "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  ExpectKvIdle();
+}
+
+// Runs a Python client check (tests/clients/) against the cluster.
+struct ScriptResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+ScriptResult RunScript(const std::string& script, std::vector<std::string> args,
+                       const std::string& work_dir) {
+  SubprocessOptions options;
+  options.argv = {std::getenv("PDSERVE_PYTHON"),
+                  absl::StrCat(testing::BinDir(), "/tests/clients/", script)};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.log_path = absl::StrCat(work_dir, "/", script, ".log");
+  auto process = Subprocess::Start(options);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return {};
+  absl::StatusOr<int> status = (*process)->Wait(absl::Seconds(300));
+  EXPECT_TRUE(status.ok()) << script << " did not finish: " << status.status();
+  ScriptResult result;
+  result.output = cli::TailOfFile(options.log_path, 100000);
+  if (status.ok() && WIFEXITED(*status))
+    result.exit_code = WEXITSTATUS(*status);
+  return result;
+}
+
+// The token ids of the line with `"mode": "greedy"` in a script's output.
+std::vector<int32_t> GreedyTokens(const std::string& output) {
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (!absl::StrContains(line, "\"mode\": \"greedy\"")) continue;
+    const size_t start = line.find("\"token_ids\": [");
+    if (start == absl::string_view::npos) continue;
+    const size_t end = line.find(']', start);
+    std::vector<int32_t> ids;
+    for (absl::string_view field :
+         absl::StrSplit(line.substr(start + 14, end - start - 14), ',',
+                        absl::SkipWhitespace())) {
+      int32_t id = 0;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(field), &id)) {
+        ids.push_back(id);
+      }
+    }
+    return ids;
+  }
+  return {};
+}
+
+TEST_F(ServingTest, OfficialOpenAiAndGrpcioClientsStreamFromTheRouter) {
+  if (std::getenv("PDSERVE_PYTHON") == nullptr) {
+    GTEST_SKIP() << "PDSERVE_PYTHON is not set (scripts/python_env.sh)";
+  }
+  std::string model = testing::DefaultModelPathOrEmpty();
+  if (model.empty()) model = testing::TinyModelPath();
+  Start("clients", model, {1, 1, 0}, {}, {"--kv_cache_mb=64"});
+  const std::string dir = testing::MakeWorkDir("clients");
+  const std::string proto_root = absl::StrCat(testing::BinDir());
+  ScriptResult grpc = RunScript(
+      "grpc_generate_check.py",
+      {"--grpc", cluster_->router_address(), "--seed", "7", "--proto_root",
+       proto_root, "--prompt", "The capital of France is"},
+      dir);
+  EXPECT_EQ(grpc.exit_code, 0) << grpc.output;
+  // The greedy answer the Python client got is the offline engine's.
+  OfflineEngine offline(model);
+  const Outcome expected =
+      offline.Run(TextRequest("The capital of France is", 16));
+  EXPECT_EQ(GreedyTokens(grpc.output), expected.tokens) << grpc.output;
+
+  ScriptResult openai =
+      RunScript("openai_check.py",
+                {"--base_url", absl::StrCat(cluster_->http_url(), "/v1"),
+                 "--prompt", "The capital of France is"},
+                dir);
+  EXPECT_EQ(openai.exit_code, 0) << openai.output;
+  EXPECT_THAT(openai.output, HasSubstr("\"api\": \"openai-chat\""));
+  ExpectKvIdle();
+}
+
+}  // namespace
+}  // namespace pdserve
