@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # README command 1: install what is missing, build, start a local cluster
-# (router + 1 prefill worker + 1 decode worker) on the default model, and show
-# it working; then stop it.
-#
-# Today the project goes as far as: the default model is fetched and read,
-# the offline engine answers PROMPT (streamed, with TTFT and tokens/s), the
-# cluster comes up, every process answers health checks, the workers are
-# registered with the router, and pdctl reports them. Answering through the
-# cluster (prefill -> KV transfer -> decode) joins with the serving path.
+# (router + 1 prefill worker + 1 decode worker) on the default model, and
+# stream an answer through it: router -> prefill worker -> KV over UCX ->
+# decode worker -> router, with its TTFT and TPOT; then stop the cluster.
 #
 # Environment: PDSERVE_HOME (default ~/.cache/pdserve), PDSERVE_ROUTER_PORT
-# (default 50050), PROMPT (the question to answer).
+# (client gRPC, default 50050), PDSERVE_HTTP_PORT (OpenAI HTTP, default
+# 8000), PDSERVE_CONTROL_PORT (membership/admin, default 50051), PROMPT (the
+# question to answer).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$(repo_root)"
@@ -34,28 +31,31 @@ step "The offline engine answers: $PROMPT"
 
 step "Starting a local cluster: router, 1 prefill worker, 1 decode worker"
 ROUTER="127.0.0.1:${PDSERVE_ROUTER_PORT:-50050}"
+HTTP="127.0.0.1:${PDSERVE_HTTP_PORT:-8000}"
+CONTROL="127.0.0.1:${PDSERVE_CONTROL_PORT:-50051}"
 WORK="$PDSERVE_HOME/local-cluster"
-mkdir -p "$WORK"
-rm -f "$WORK/ready"
-"$BIN/cli/pdctl" up --router_listen="$ROUTER" --work_dir="$WORK" \
-  --ready_file="$WORK/ready" &
-PDCTL_PID=$!
-trap 'kill -TERM $PDCTL_PID 2>/dev/null; wait $PDCTL_PID 2>/dev/null' EXIT
-for _ in $(seq 1 300); do
-  [ -s "$WORK/ready" ] && break
-  kill -0 $PDCTL_PID 2>/dev/null || die "the cluster failed to start (logs in $WORK)"
-  sleep 0.1
-done
-[ -s "$WORK/ready" ] || die "the cluster did not become ready in 30 s (logs in $WORK)"
+PDCTL="$BIN/cli/pdctl"
+# A cluster left over from an interrupted run is stopped first.
+"$PDCTL" down --work_dir="$WORK" >/dev/null
+# One forward-pass thread per worker: the two processes share 2 cores.
+"$PDCTL" up --work_dir="$WORK" --model="$PDSERVE_DEFAULT_MODEL" \
+  --router_listen="$ROUTER" --http_listen="$HTTP" --control_listen="$CONTROL" \
+  --worker_args=--threads=1
+trap '"$PDCTL" down --work_dir="$WORK"' EXIT
 
 step "Cluster status (pdctl status)"
-"$BIN/cli/pdctl" status --router="$ROUTER"
+"$PDCTL" status --router="$CONTROL"
 
-step "Health of the router (pdctl health $ROUTER)"
-"$BIN/cli/pdctl" health "$ROUTER"
+step "The cluster answers (router -> prefill -> KV over UCX -> decode): $PROMPT"
+"$PDCTL" generate --grpc="$ROUTER" --chat --prompt="$PROMPT" --max_tokens=96
+
+step "The same through the OpenAI-compatible HTTP API (curl, streamed SSE)"
+curl -sS -N --max-time 120 "http://$HTTP/v1/chat/completions" \
+  -H 'Content-Type: application/json' \
+  -d "{\"messages\": [{\"role\": \"user\", \"content\": \"$PROMPT\"}],
+       \"max_tokens\": 3, \"temperature\": 0, \"stream\": true}"
 
 step "Stopping the cluster"
-kill -TERM $PDCTL_PID
-wait $PDCTL_PID
 trap - EXIT
+"$PDCTL" down --work_dir="$WORK"
 info "done. Logs of every process are in $WORK"

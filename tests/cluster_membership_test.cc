@@ -226,7 +226,7 @@ std::pair<int, std::string> RunPdctl(const std::vector<std::string>& args,
       Subprocess::Start(options);
   EXPECT_TRUE(pdctl.ok()) << pdctl.status();
   if (!pdctl.ok()) return {-1, ""};
-  absl::StatusOr<int> status = (*pdctl)->Wait(absl::Seconds(30));
+  absl::StatusOr<int> status = (*pdctl)->Wait(absl::Seconds(90));
   EXPECT_TRUE(status.ok()) << status.status();
   if (!status.ok()) return {-1, ""};
   return {WIFEXITED(*status) ? WEXITSTATUS(*status) : -1,
@@ -261,6 +261,62 @@ TEST_F(ClusterTest, PdctlReportsHealthStatusAndDrains) {
   std::tie(code, out) = RunPdctl({"frobnicate"}, dir);
   EXPECT_EQ(code, 2) << out;
   EXPECT_THAT(out, ::testing::HasSubstr("unknown command"));
+}
+
+// `pdctl up` returns once the cluster is ready and leaves it running in the
+// background; `pdctl generate` streams an answer through it; `pdctl down`
+// stops every process.
+TEST(PdctlTest, UpGenerateDown) {
+  const std::string dir = MakeWorkDir("pdctl-up");
+  auto [code, out] = RunPdctl(
+      {"up", "--work_dir=" + dir, "--bin_dir=" + BinDir(),
+       "--model=" + testing::TinyModelPath(), "--router_listen=127.0.0.1:0",
+       "--http_listen=127.0.0.1:0", "--control_listen=127.0.0.1:0",
+       "--worker_args=--threads=1,--kv_cache_mb=16"},
+      dir);
+  // Whatever fails below, the background cluster goes away with the test.
+  struct Down {
+    std::string dir;
+    ~Down() { RunPdctl({"down", "--work_dir=" + dir}, dir); }
+  } down{dir};
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("cluster ready"));
+  // The state file names the endpoints and every process.
+  std::ifstream state(dir + "/cluster.state");
+  std::string line, grpc;
+  std::vector<pid_t> pids;
+  while (std::getline(state, line)) {
+    std::istringstream fields(line);
+    std::string key, address;
+    fields >> key >> address;
+    if (key == "grpc") grpc = address;
+    pid_t pid = 0;
+    if (key == "process" && fields >> pid) pids.push_back(pid);
+  }
+  ASSERT_FALSE(grpc.empty());
+  EXPECT_EQ(pids.size(), 3u);  // router, prefill-0, decode-0
+
+  std::tie(code, out) = RunPdctl(
+      {"generate", "--grpc=" + grpc, "--prompt=hello", "--max_tokens=4"}, dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("TTFT"));
+  EXPECT_THAT(out, ::testing::HasSubstr("prefill on prefill-0"));
+
+  // A second cluster in the same folder is refused, the first one untouched.
+  std::tie(code, out) =
+      RunPdctl({"up", "--work_dir=" + dir, "--bin_dir=" + BinDir()}, dir);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("already up"));
+
+  std::tie(code, out) = RunPdctl({"down", "--work_dir=" + dir}, dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("stopped"));
+  for (pid_t pid : pids) {
+    EXPECT_NE(::kill(pid, 0), 0) << "process " << pid << " still runs";
+  }
+  std::tie(code, out) = RunPdctl({"down", "--work_dir=" + dir}, dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("no local cluster"));
 }
 
 TEST(LocalClusterTest, MissingBinariesAreAClearError) {
