@@ -24,7 +24,6 @@
 
 ABSL_FLAG(bool, colocated, false,
           "serve whole requests (prefill and decode) as a BOTH worker");
-ABSL_FLAG(std::string, transport, "ucx", "KV transport: ucx or in_process");
 ABSL_FLAG(int32_t, admission_ttl_ms, 30000,
           "how long blocks reserved for a transfer wait for it");
 
@@ -41,14 +40,13 @@ int Run() {
   options.engine = engine::EngineOptionsFromFlags();
   options.admission_ttl =
       absl::Milliseconds(absl::GetFlag(FLAGS_admission_ttl_ms));
-  absl::StatusOr<v1::TransportKind> kind =
-      kv_transfer::ParseTransportKind(absl::GetFlag(FLAGS_transport));
-  if (!kind.ok()) {
-    PD_LOG(ERROR) << kind.status();
+  absl::StatusOr<kv_transfer::KvTransportConfig> transport =
+      rpc::KvTransportFromFlags(options.worker_id);
+  if (!transport.ok()) {
+    PD_LOG(ERROR) << transport.status();
     return 2;
   }
-  options.transport.kind = *kind;
-  options.transport.name = options.worker_id;
+  options.transport = *transport;
 
   absl::StatusOr<std::unique_ptr<model::Model>> model =
       engine::OpenModelFromFlags();
@@ -71,15 +69,10 @@ int Run() {
   process.on_serving = [w](const std::string& address) {
     return w->Start(address);
   };
-  process.on_drain = [w] { w->BeginDrain(); };
-  process.inflight_requests = [w] { return w->inflight(); };
-  process.model = w->model_info();
-  process.model.set_id(engine::ServedModelName(engine::ModelPathFromFlags()));
-  process.transports = w->transports();
+  rpc::ReportFrom(w, engine::ServedModelName(engine::ModelPathFromFlags()),
+                  &process);
   process.max_running_sequences = options.engine.max_running;
   process.max_batch_tokens = options.engine.runner.max_batch_tokens;
-  process.load = [w] { return w->Load(); };
-  process.take_events = [w] { return w->TakeEvents(); };
   PD_LOG(INFO) << "model " << (*model)->name() << ", KV cache "
                << w->blocks().num_total_blocks() << " blocks of "
                << w->blocks().block_size() << " tokens";

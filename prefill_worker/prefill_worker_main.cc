@@ -20,7 +20,6 @@
 #include "prefill_worker/prefill_worker.h"
 #include "rpc/worker_process.h"
 
-ABSL_FLAG(std::string, transport, "ucx", "KV transport: ucx or in_process");
 ABSL_FLAG(int32_t, max_queued_requests, 256,
           "prefill requests queued or computing before refusing more");
 
@@ -33,14 +32,13 @@ int Run() {
   SetLogTag(options.worker_id);
   options.runner = engine::EngineOptionsFromFlags().runner;
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
-  absl::StatusOr<v1::TransportKind> kind =
-      kv_transfer::ParseTransportKind(absl::GetFlag(FLAGS_transport));
-  if (!kind.ok()) {
-    PD_LOG(ERROR) << kind.status();
+  absl::StatusOr<kv_transfer::KvTransportConfig> transport =
+      rpc::KvTransportFromFlags(options.worker_id);
+  if (!transport.ok()) {
+    PD_LOG(ERROR) << transport.status();
     return 2;
   }
-  options.transport.kind = *kind;
-  options.transport.name = options.worker_id;
+  options.transport = *transport;
 
   absl::StatusOr<std::unique_ptr<model::Model>> model =
       engine::OpenModelFromFlags();
@@ -65,14 +63,9 @@ int Run() {
     w->Start();
     return absl::OkStatus();
   };
-  process.on_drain = [w] { w->BeginDrain(); };
-  process.inflight_requests = [w] { return w->inflight(); };
-  process.model = w->model_info();
-  process.model.set_id(engine::ServedModelName(engine::ModelPathFromFlags()));
-  process.transports = w->transports();
+  rpc::ReportFrom(w, engine::ServedModelName(engine::ModelPathFromFlags()),
+                  &process);
   process.max_batch_tokens = options.runner.max_batch_tokens;
-  process.load = [w] { return w->Load(); };
-  process.take_events = [w] { return w->TakeEvents(); };
   PD_LOG(INFO) << "model " << (*model)->name() << ", KV cache "
                << w->blocks().num_total_blocks() << " blocks of "
                << w->blocks().block_size() << " tokens";

@@ -28,6 +28,8 @@ ABSL_FLAG(std::string, worker_id, "",
           "stable worker name (default: ROLE-HOST-PID)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here once serving");
+ABSL_FLAG(std::string, transport, "ucx",
+          "KV transport: ucx, in_process (tests) or nccl (GPU builds)");
 ABSL_FLAG(int32_t, drain_timeout_ms, 30000,
           "on SIGTERM, how long in-flight work may take before exiting");
 
@@ -70,6 +72,17 @@ class DrainState {
 std::string WorkerIdFromFlags(v1::WorkerRole role) {
   std::string worker_id = absl::GetFlag(FLAGS_worker_id);
   return worker_id.empty() ? DefaultWorkerId(role) : worker_id;
+}
+
+absl::StatusOr<kv_transfer::KvTransportConfig> KvTransportFromFlags(
+    const std::string& worker_id) {
+  kv_transfer::KvTransportConfig config;
+  absl::StatusOr<v1::TransportKind> kind =
+      kv_transfer::ParseTransportKind(absl::GetFlag(FLAGS_transport));
+  if (!kind.ok()) return kind.status();
+  config.kind = *kind;
+  config.name = worker_id;
+  return config;
 }
 
 int RunWorkerProcess(const WorkerProcessOptions& options) {

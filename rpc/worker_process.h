@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kv_transfer/transport_factory.h"
 #include "proto/common.pb.h"
 #include "proto/membership.pb.h"
 
@@ -53,6 +55,27 @@ struct WorkerProcessOptions {
 
 // The worker id: --worker_id, or ROLE-HOST-PID when unset.
 std::string WorkerIdFromFlags(v1::WorkerRole role);
+
+// The KV transport chosen by --transport (ucx, in_process, nccl), named
+// after the worker in logs. INVALID_ARGUMENT for an unknown name.
+absl::StatusOr<kv_transfer::KvTransportConfig> KvTransportFromFlags(
+    const std::string& worker_id);
+
+// Fills what the worker registers and reports from its serving core, which
+// provides model_info(), transports(), Load(), TakeEvents(), inflight() and
+// BeginDrain() (PrefillWorker, DecodeWorker). `model_id` is the served
+// model name clients use.
+template <typename Worker>
+void ReportFrom(Worker* worker, const std::string& model_id,
+                WorkerProcessOptions* process) {
+  process->model = worker->model_info();
+  process->model.set_id(model_id);
+  process->transports = worker->transports();
+  process->on_drain = [worker] { worker->BeginDrain(); };
+  process->inflight_requests = [worker] { return worker->inflight(); };
+  process->load = [worker] { return worker->Load(); };
+  process->take_events = [worker] { return worker->TakeEvents(); };
+}
 
 // Parses nothing itself: call absl::ParseCommandLine first. Returns the
 // process exit code.
