@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -48,6 +49,8 @@ struct Outcome {
   v1::Usage usage;
   v1::Timing timing;
   double client_ttft_ms = 0;
+  // (token id, logprob, number of alternatives) per token, when asked.
+  std::vector<std::tuple<uint32_t, float, int>> logprobs;
   // generated_offset always equalled the tokens received before.
   bool contiguous = true;
   int chunks = 0;
@@ -68,6 +71,10 @@ Outcome Generate(const std::string& address, const v1::GenerateRequest& request,
         out.tokens.insert(out.tokens.end(), chunk.token_ids().begin(),
                           chunk.token_ids().end());
         out.text += chunk.text();
+        for (const v1::TokenLogprob& l : chunk.logprobs()) {
+          out.logprobs.emplace_back(l.token_id(), l.logprob(),
+                                    l.top_logprobs_size());
+        }
         ++out.chunks;
         if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
           out.finish = chunk.finish_reason();
@@ -118,6 +125,10 @@ class OfflineEngine {
       out.tokens.insert(out.tokens.end(), o.token_ids.begin(),
                         o.token_ids.end());
       out.text += o.text;
+      for (const engine::SampleResult& l : o.logprobs) {
+        out.logprobs.emplace_back(l.token_id, l.logprob,
+                                  static_cast<int>(l.top_logprobs.size()));
+      }
       if (o.finish == engine::RequestFinish::kStop) {
         out.finish = v1::FINISH_REASON_STOP;
       } else if (o.finish == engine::RequestFinish::kLength) {
@@ -192,7 +203,10 @@ std::vector<v1::GenerateRequest> MixedRequests(int32_t vocab) {
   penalised.mutable_sampling()->set_frequency_penalty(0.3f);
   penalised.mutable_sampling()->add_stop(".");
   requests.push_back(penalised);
-  requests.push_back(TokenRequest(70, 1, 12, vocab));
+  v1::GenerateRequest with_logprobs = TokenRequest(70, 1, 12, vocab);
+  with_logprobs.mutable_sampling()->set_logprobs(true);
+  with_logprobs.mutable_sampling()->set_top_logprobs(3);
+  requests.push_back(with_logprobs);
   v1::GenerateRequest long_seeded = TokenRequest(45, 2, 10, vocab);
   Seed(&long_seeded, 3);
   requests.push_back(long_seeded);
@@ -206,6 +220,7 @@ void ExpectSameAnswer(const Outcome& cluster, const Outcome& offline,
   EXPECT_EQ(cluster.tokens, offline.tokens) << what;
   EXPECT_EQ(cluster.text, offline.text) << what;
   EXPECT_EQ(cluster.finish, offline.finish) << what;
+  EXPECT_EQ(cluster.logprobs, offline.logprobs) << what;
   EXPECT_TRUE(cluster.contiguous) << what;
   EXPECT_EQ(cluster.usage.completion_tokens(), offline.tokens.size()) << what;
   EXPECT_EQ(cluster.usage.prompt_tokens(), offline.usage.prompt_tokens())
