@@ -71,10 +71,11 @@ DecodeWorker::~DecodeWorker() {
     }
   }
   admissions_.reset();
-  engine_.reset();
+  // Peers must not be able to write into the pool once its memory is gone.
   if (transport_ != nullptr && region_ != 0) {
     transport_->DeregisterRegion(region_).IgnoreError();
   }
+  engine_.reset();
 }
 
 absl::Status DecodeWorker::Start(const std::string& address) {
@@ -85,8 +86,14 @@ absl::Status DecodeWorker::Start(const std::string& address) {
   options.region = region_descriptor_;
   options.time_to_live = options_.admission_ttl;
   options.quarantine = options_.quarantine;
-  PD_ASSIGN_OR_RETURN(admissions_,
+  PD_ASSIGN_OR_RETURN(std::unique_ptr<KvAdmissions> admissions,
                       KvAdmissions::Create(options, reserver_.get()));
+  {
+    // The gRPC service is up before Start (which needs its address), so
+    // Admit and Load may already be running on other threads.
+    absl::MutexLock lock(&mu_);
+    admissions_ = std::move(admissions);
+  }
   engine_thread_ = std::thread([this] { EngineLoop(); });
   sweep_thread_ = std::thread([this] { SweepLoop(); });
   return absl::OkStatus();
@@ -131,6 +138,14 @@ void DecodeWorker::SweepLoop() {
 absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
     const v1::AdmitRequest& request) {
   if (draining_) return absl::UnavailableError("decode worker is draining");
+  KvAdmissions* admissions;
+  {
+    absl::MutexLock lock(&mu_);
+    admissions = admissions_.get();
+  }
+  if (admissions == nullptr) {
+    return absl::UnavailableError("decode worker is not started yet");
+  }
   if (request.token_ids().empty() ||
       request.num_prompt_tokens() >
           static_cast<uint32_t>(request.token_ids_size())) {
@@ -158,10 +173,9 @@ absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
     }
   }
   std::vector<int32_t> tokens = engine::ToTokens(request.token_ids());
-  PD_ASSIGN_OR_RETURN(
-      v1::KvTransferTarget target,
-      admissions_->Admit(request.request_id(), request.attempt(), tokens,
-                         absl::Now()));
+  PD_ASSIGN_OR_RETURN(v1::KvTransferTarget target,
+                      admissions->Admit(request.request_id(), request.attempt(),
+                                        tokens, absl::Now()));
   Transfer transfer;
   transfer.request_id = request.request_id();
   transfer.attempt = request.attempt();
@@ -449,8 +463,13 @@ const engine::KvBlockManager& DecodeWorker::blocks() const {
 
 v1::WorkerLoad DecodeWorker::Load() {
   const engine::KvBlockManagerStats kv = blocks().stats();
+  KvAdmissions* admissions;
+  {
+    absl::MutexLock lock(&mu_);
+    admissions = admissions_.get();
+  }
   const KvAdmissionStats admitted =
-      admissions_ != nullptr ? admissions_->stats() : KvAdmissionStats();
+      admissions != nullptr ? admissions->stats() : KvAdmissionStats();
   v1::WorkerLoad load;
   load.set_free_kv_blocks(kv.free_blocks);
   load.set_total_kv_blocks(kv.total_blocks);

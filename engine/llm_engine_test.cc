@@ -322,5 +322,23 @@ TEST_F(LlmEngineTest, ReplayedRequestContinuesWhereItStopped) {
   EXPECT_EQ(rest.text, later_text);
 }
 
+TEST_F(LlmEngineTest, ReplayThatAlreadyEndedTheRequestIsRefused) {
+  auto engine = MakeEngine(64, 512);
+  EngineRequest done = Greedy(Prompt(6, 1), 3);
+  done.generated = {5, 6, 7};  // max_tokens counts replayed tokens
+  EXPECT_EQ(engine->AddRequest(done).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EngineRequest stopped = Greedy(Prompt(6, 1), 10);
+  stopped.sampling.stop_token_ids = {6};
+  stopped.generated = {5, 6, 7};
+  EXPECT_EQ(engine->AddRequest(stopped).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EngineRequest fine = Greedy(Prompt(6, 1), 4);
+  fine.generated = {5, 6, 7};
+  const Result rest = RunAll(*engine, {fine})[0];
+  EXPECT_EQ(rest.tokens.size(), 1u);
+  EXPECT_EQ(rest.finish, RequestFinish::kLength);
+}
+
 }  // namespace
 }  // namespace pdserve::engine

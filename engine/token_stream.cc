@@ -40,10 +40,19 @@ absl::StatusOr<std::unique_ptr<TokenStream>> TokenStream::Create(
   std::unique_ptr<TokenStream> stream(new TokenStream(
       options, std::move(sampler), static_cast<int32_t>(prompt.size())));
   // Replay: bring the text state to where it was after these tokens; their
-  // text was released by whoever produced them.
+  // text was released by whoever produced them. Tokens that had already
+  // ended the request leave nothing to continue.
   for (int32_t t : generated) {
     stream->generated_.push_back(t);
-    if (!stream->stop_tokens_.IsStopToken(t)) stream->FeedText(t);
+    const uint64_t length = prompt.size() + stream->generated_.size();
+    if (stream->stop_tokens_.Check(t, stream->generated_.size(), length) !=
+            FinishReason::kNone ||
+        (!stream->stop_tokens_.IsStopToken(t) && stream->FeedText(t).stopped)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the request already ended at generated token ",
+          stream->generated_.size(), " of ", generated.size(),
+          " (stop condition or max_tokens); nothing is left to generate"));
+    }
   }
   return stream;
 }

@@ -14,6 +14,8 @@
 // count them, the next draw is step generated.size(), and the text already
 // released for them is not released again (the released text is a
 // deterministic function of the tokens, so both workers agree on it).
+// Replayed tokens that already ended the request (a stop token or string,
+// max_tokens, which counts them) are refused: there is nothing to continue.
 //
 // Ownership: borrows the tokenizer, which must outlive the stream.
 // Thread-safety: none; a stream belongs to one request.

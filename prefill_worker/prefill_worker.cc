@@ -86,8 +86,9 @@ PrefillWorker::~PrefillWorker() {
   }
   active_.clear();
   peers_.reset();
-  runner_.reset();
+  // The pool is the source of writes: unregister it before freeing it.
   if (region_ != 0) transport_->DeregisterRegion(region_).IgnoreError();
+  runner_.reset();
 }
 
 void PrefillWorker::Start() {
