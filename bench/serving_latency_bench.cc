@@ -12,8 +12,8 @@
 // for the disaggregated runs, prefill compute, KV transfer time and the part
 // of it after the compute (the rest overlapped the compute). JSON to --json.
 //
-//   bazel build --config=opt //bench:serving_latency_bench //cli:pdctl \
-//     //router:pd-router //prefill_worker:pd-prefill-worker \
+//   bazel build --config=opt //bench:serving_latency_bench //cli:pdctl
+//     //router:pd-router //prefill_worker:pd-prefill-worker
 //     //decode_worker:pd-decode-worker
 //   bazel-bin/bench/serving_latency_bench --bin_dir=$PWD/bazel-bin
 #include <algorithm>

@@ -56,8 +56,11 @@ struct DecodeWorkerOptions {
   engine::EngineOptions engine;
   kv_transfer::KvTransportConfig transport;
   // How long an admission waits for its transfer, and a verified transfer
-  // for its StartDecode.
-  absl::Duration admission_ttl = absl::Seconds(30);
+  // for its StartDecode. It must cover the prefill's queueing and compute
+  // (long prompts on CPU take seconds) and the transfer; the router releases
+  // admissions it gives up on, so this only bounds what a lost router or
+  // prefill worker can strand.
+  absl::Duration admission_ttl = absl::Seconds(120);
   // Blocks possibly still being written wait this long after the
   // admission's life before reuse (see KvAdmissions).
   absl::Duration quarantine = absl::Seconds(10);

@@ -24,7 +24,7 @@
 
 ABSL_FLAG(bool, colocated, false,
           "serve whole requests (prefill and decode) as a BOTH worker");
-ABSL_FLAG(int32_t, admission_ttl_ms, 30000,
+ABSL_FLAG(int32_t, admission_ttl_ms, 120000,
           "how long blocks reserved for a transfer wait for it");
 
 namespace pdserve::decode_worker {

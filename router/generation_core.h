@@ -51,7 +51,7 @@ struct GenerationCoreOptions {
   // Suggested client wait after a RESOURCE_EXHAUSTED.
   absl::Duration retry_after = absl::Seconds(1);
   // Longest admission a decode worker is asked to hold for a prefill.
-  absl::Duration reservation_timeout = absl::Seconds(30);
+  absl::Duration reservation_timeout = absl::Seconds(120);
 };
 
 class GenerationCore : public ClientApi {
