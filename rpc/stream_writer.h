@@ -42,7 +42,7 @@ class StreamHandle {
   // Queues `msg`; false when the call is already over (cancelled or done).
   bool Push(Msg msg) {
     absl::MutexLock lock(&mu_);
-    if (reactor_ == nullptr || finishing_) return false;
+    if (reactor_ == nullptr || finishing_ || cancelled_) return false;
     queue_.push_back(std::move(msg));
     PumpLocked();
     return true;
@@ -99,7 +99,10 @@ class StreamHandle {
   void WriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (!ok) {
+    // A cancel that arrived while this write was in flight could not end
+    // the call (Cancelled leaves that to us), even if the write itself
+    // succeeded.
+    if (!ok || cancelled_) {
       // The client is gone; end the call now.
       queue_.clear();
       if (!finished_) {
