@@ -90,14 +90,15 @@ class GenerationCore::Request {
     out.add_token_ids(p.first_token_id());
     out.set_text(p.text());
     if (p.has_logprob()) *out.add_logprobs() = p.logprob();
-    out.set_generated_offset(0);
+    // After a migration the prefill samples the next token of the stream.
+    out.set_generated_offset(sent_.size());
     if (p.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       out.set_finish_reason(p.finish_reason());
       if (p.has_stop_token_id()) out.set_stop_token_id(p.stop_token_id());
       if (p.has_stop_string()) out.set_stop_string(p.stop_string());
       v1::Usage usage;
       usage.set_prompt_tokens(prompt_tokens);
-      usage.set_completion_tokens(1);
+      usage.set_completion_tokens(sent_.size() + 1);
       usage.set_cached_prompt_tokens(p.cached_prefix_tokens());
       return Send(std::move(out), usage, "");
     }
@@ -125,6 +126,10 @@ class GenerationCore::Request {
   }
 
   bool finished() const { return finished_; }
+  // Tokens the client has received, in order (replayed on a migration).
+  const std::vector<uint32_t>& sent() const { return sent_; }
+  void count_prefill_attempt() { ++prefill_attempts_; }
+  void count_migration() { ++migrations_; }
 
  private:
   bool Send(v1::GenerateResponse out, const v1::Usage& usage,
@@ -136,6 +141,7 @@ class GenerationCore::Request {
       if (tokens_ == 0) first_token_ = now;
       last_token_ = now;
       tokens_ += out.token_ids_size();
+      sent_.insert(sent_.end(), out.token_ids().begin(), out.token_ids().end());
     }
     if (!decode_worker.empty()) decode_worker_ = decode_worker;
     if (last && include_usage_) *out.mutable_usage() = usage;
@@ -144,7 +150,8 @@ class GenerationCore::Request {
       t->set_queue_ms(Ms(routed_ - arrival_));
       t->set_ttft_ms(Ms(first_token_ - arrival_));
       t->set_prefill_worker_id(prefill_worker_);
-      t->set_prefill_attempts(prefill_worker_.empty() ? 0 : 1);
+      t->set_prefill_attempts(prefill_attempts_);
+      t->set_migrations(migrations_);
       if (last) {
         if (tokens_ > 1) {
           t->set_tpot_ms(Ms(last_token_ - first_token_) / (tokens_ - 1));
@@ -171,6 +178,9 @@ class GenerationCore::Request {
   absl::Time first_token_;
   absl::Time last_token_;
   int32_t tokens_ = 0;
+  std::vector<uint32_t> sent_;
+  uint32_t prefill_attempts_ = 0;
+  uint32_t migrations_ = 0;
   bool sent_any_ = false;
   bool finished_ = false;
   bool client_gone_ = false;
@@ -361,24 +371,78 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
     }
   } cleanup{this, id};
 
-  std::vector<WorkerView> decode = Candidates(v1::WORKER_ROLE_DECODE, tokens);
-  if (decode.empty()) {
-    return absl::UnavailableError(absl::StrCat(
-        "no decode worker is serving model '", options_.model_id, "'"));
-  }
-  std::vector<WorkerView> prefill = Candidates(v1::WORKER_ROLE_PREFILL, tokens);
-  const Route route = policy_->Choose(prefill, decode, tokens.size(),
-                                      decode.front().block_size);
   Request state(request, sink, arrival);
-  state.set_routed(absl::Now());
-  if (!route.prefill.has_value()) {
-    return RunLocal(request, tokens, decode[route.decode_order.front()],
-                    deadline, state);
+  // Workers that failed this request: tried again only when no other is
+  // left, so a retry or migration lands elsewhere when it can.
+  absl::flat_hash_set<std::string> failed;
+  int retries = 0;
+  for (uint32_t attempt = 1;; ++attempt) {
+    std::vector<WorkerView> decode =
+        Prefer(Candidates(v1::WORKER_ROLE_DECODE, tokens), failed);
+    if (decode.empty()) {
+      return absl::UnavailableError(absl::StrCat(
+          "no decode worker is serving model '", options_.model_id, "'"));
+    }
+    std::vector<WorkerView> prefill =
+        Prefer(Candidates(v1::WORKER_ROLE_PREFILL, tokens), failed);
+    const Route route = policy_->Choose(prefill, decode, tokens.size(),
+                                        decode.front().block_size);
+    if (attempt == 1) state.set_routed(absl::Now());
+    std::string culprit;
+    absl::Status status;
+    if (!route.prefill.has_value()) {
+      status = RunLocal(request, tokens, decode[route.decode_order.front()],
+                        attempt, deadline, state, &culprit);
+    } else {
+      std::vector<const WorkerView*> decode_order;
+      for (size_t i : route.decode_order) decode_order.push_back(&decode[i]);
+      status =
+          RunDisaggregated(request, tokens, prefill[*route.prefill],
+                           decode_order, attempt, deadline, state, &culprit);
+    }
+    // Only a worker's failure is retried; the request's own errors, the
+    // client going away and the deadline end it.
+    if (status.ok() || state.client_gone() ||
+        status.code() != absl::StatusCode::kUnavailable) {
+      return status;
+    }
+    if (!culprit.empty()) failed.insert(culprit);
+    const bool migrating = !state.sent().empty();
+    const int limit =
+        migrating ? options_.max_migrations : options_.max_prefill_retries;
+    if (++retries > limit) {
+      return absl::InternalError(
+          absl::StrCat("request ", id, " failed after ", retries,
+                       " tries; last: ", status.message()));
+    }
+    PD_LOG(WARNING) << "request " << id << " attempt " << attempt << ": "
+                    << status << "; "
+                    << (migrating ? absl::StrCat("migrating after ",
+                                                 state.sent().size(), " tokens")
+                                  : std::string("retrying the prefill"));
+    if (migrating) {
+      state.count_migration();
+    }
+    const absl::Duration backoff =
+        std::min(options_.retry_backoff * (1 << std::min(retries - 1, 6)),
+                 absl::Seconds(2));
+    if (absl::Now() + backoff >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("request ", id, ": deadline passed while retrying (",
+                       status.message(), ")"));
+    }
+    absl::SleepFor(backoff);
   }
-  std::vector<const WorkerView*> decode_order;
-  for (size_t i : route.decode_order) decode_order.push_back(&decode[i]);
-  return RunDisaggregated(request, tokens, prefill[*route.prefill],
-                          decode_order, deadline, state);
+}
+
+std::vector<WorkerView> GenerationCore::Prefer(
+    std::vector<WorkerView> workers,
+    const absl::flat_hash_set<std::string>& failed) {
+  std::vector<WorkerView> healthy;
+  for (WorkerView& w : workers) {
+    if (!failed.contains(w.worker_id)) healthy.push_back(std::move(w));
+  }
+  return healthy.empty() ? workers : healthy;
 }
 
 absl::Status GenerationCore::StreamDecode(const WorkerView& worker,
@@ -428,37 +492,47 @@ absl::Status GenerationCore::StreamDecode(const WorkerView& worker,
 absl::Status GenerationCore::RunLocal(const v1::GenerateRequest& request,
                                       const std::vector<int32_t>& tokens,
                                       const WorkerView& worker,
-                                      absl::Time deadline, Request& state) {
+                                      uint32_t attempt, absl::Time deadline,
+                                      Request& state, std::string* culprit) {
   v1::StartDecodeRequest start;
   start.set_request_id(state.id());
-  start.set_attempt(1);
+  start.set_attempt(attempt);
   for (int32_t t : tokens)
     start.mutable_local_prefill()->add_prompt_token_ids(t);
   *start.mutable_sampling() = request.sampling();
+  // After a migration the worker recomputes prompt + what was sent.
+  for (uint32_t t : state.sent()) start.add_generated_token_ids(t);
   start.set_priority(request.priority());
   AddOutstanding(worker.worker_id, tokens.size(), 0);
   absl::Status status = StreamDecode(worker, start, deadline, state);
   AddOutstanding(worker.worker_id, -static_cast<int64_t>(tokens.size()), 0);
+  if (!status.ok()) *culprit = worker.worker_id;
   return status;
 }
 
 absl::Status GenerationCore::RunDisaggregated(
     const v1::GenerateRequest& request, const std::vector<int32_t>& tokens,
     const WorkerView& prefill, const std::vector<const WorkerView*>& decode,
-    absl::Time deadline, Request& state) {
-  constexpr uint32_t kAttempt = 1;
+    uint32_t attempt, absl::Time deadline, Request& state,
+    std::string* culprit) {
+  const uint32_t kAttempt = attempt;
+  // Tokens already sent (a migration): the prefill computes prompt + them
+  // and samples the next one.
+  const std::vector<uint32_t> replayed = state.sent();
   // 1. Admission first: blocks on a decode worker with room.
   v1::AdmitRequest admit;
   admit.set_request_id(state.id());
   admit.set_attempt(kAttempt);
   for (int32_t t : tokens) admit.add_token_ids(t);
+  for (uint32_t t : replayed) admit.add_token_ids(t);
   admit.set_num_prompt_tokens(tokens.size());
   const uint32_t context = model_->config().context_length;
+  const uint32_t room = context - tokens.size() - replayed.size();
   admit.set_max_new_tokens(
       request.sampling().has_max_tokens()
-          ? std::min<uint32_t>(request.sampling().max_tokens(),
-                               context - tokens.size())
-          : context - tokens.size());
+          ? std::min<uint32_t>(
+                request.sampling().max_tokens() - replayed.size(), room)
+          : room);
   *admit.mutable_writer_layout() = prefill.kv_layout;
   for (v1::TransportKind kind : prefill.transports) {
     admit.add_writer_transports(kind);
@@ -480,8 +554,9 @@ absl::Status GenerationCore::RunDisaggregated(
       break;
     }
     refused = s;
-    if (s.code() != absl::StatusCode::kResourceExhausted &&
-        s.code() != absl::StatusCode::kUnavailable) {
+    if (s.code() == absl::StatusCode::kUnavailable) {
+      *culprit = candidate->worker_id;
+    } else if (s.code() != absl::StatusCode::kResourceExhausted) {
       break;
     }
   }
@@ -506,11 +581,13 @@ absl::Status GenerationCore::RunDisaggregated(
   prefill_request.set_request_id(state.id());
   prefill_request.set_attempt(kAttempt);
   for (int32_t t : tokens) prefill_request.add_prompt_token_ids(t);
+  for (uint32_t t : replayed) prefill_request.add_generated_token_ids(t);
   *prefill_request.mutable_sampling() = request.sampling();
   *prefill_request.mutable_target() = target;
   prefill_request.set_priority(request.priority());
   v1::PrefillResponse first;
   AddOutstanding(prefill.worker_id, tokens.size(), 0);
+  state.count_prefill_attempt();
   absl::Status prefilled;
   {
     grpc::ClientContext context;
@@ -528,6 +605,22 @@ absl::Status GenerationCore::RunDisaggregated(
         prefilled.code() == absl::StatusCode::kResourceExhausted;
     release(quiesced, absl::StrCat("prefill failed: ",
                                    absl::StatusCodeToString(prefilled.code())));
+    // An unreachable prefill worker is the one to avoid next time; a
+    // transfer that failed points at the decode side.
+    *culprit = prefilled.code() == absl::StatusCode::kUnavailable
+                   ? prefill.worker_id
+                   : decoder->worker_id;
+    if (prefilled.code() != absl::StatusCode::kUnavailable) {
+      // Stop what the prefill worker may still do for this attempt.
+      v1::CancelRequest cancel;
+      cancel.set_request_id(state.id());
+      cancel.set_attempt(kAttempt);
+      cancel.set_reason(v1::CANCEL_REASON_ROUTER);
+      grpc::ClientContext context;
+      SetDeadline(&context, absl::Now() + absl::Seconds(2));
+      v1::CancelResponse ignored;
+      PrefillStub(prefill.address)->Cancel(&context, cancel, &ignored);
+    }
     return WorkerError(absl::StrCat("prefill on ", prefill.worker_id),
                        prefilled);
   }
@@ -546,12 +639,14 @@ absl::Status GenerationCore::RunDisaggregated(
   start.set_attempt(kAttempt);
   start.set_transfer_id(target.transfer_id());
   *start.mutable_sampling() = request.sampling();
+  for (uint32_t t : replayed) start.add_generated_token_ids(t);
   start.add_generated_token_ids(first.first_token_id());
   start.set_priority(request.priority());
   const absl::Status decoded = StreamDecode(*decoder, start, deadline, state);
   if (!decoded.ok() && !state.client_gone()) {
     // A StartDecode refused before it began leaves the admission to free.
     release(/*writes_quiesced=*/true, "decode failed");
+    *culprit = decoder->worker_id;
   }
   return decoded;
 }

@@ -13,7 +13,13 @@
 //                   disaggregation, colocated workers)
 //
 // Every path ends with the admission used, released, or cancelled, so no
-// worker keeps blocks for a request the router gave up on. A client that
+// worker keeps blocks for a request the router gave up on. A worker that
+// fails (UNAVAILABLE: unreachable, died, transfer failed) is avoided for the
+// rest of the request, which is retried elsewhere before its first token,
+// or migrated after it: the prompt plus the tokens the client already has
+// are prefilled again on another pair and the stream continues with the
+// next token, none lost or repeated (engine::TokenStream replays the
+// sampler and text state). A client that
 // goes away (the sink returns false) cancels the request on every worker.
 //
 // Each Generate runs on its caller's thread, using blocking gRPC client
@@ -52,6 +58,14 @@ struct GenerationCoreOptions {
   absl::Duration retry_after = absl::Seconds(1);
   // Longest admission a decode worker is asked to hold for a prefill.
   absl::Duration reservation_timeout = absl::Seconds(120);
+  // A worker's failure before the first token is retried on another worker
+  // this many times; after tokens were sent, the stream migrates (prompt +
+  // sent tokens re-prefilled elsewhere) at most max_migrations times. Then
+  // the request fails with INTERNAL.
+  int32_t max_prefill_retries = 2;
+  int32_t max_migrations = 2;
+  // Wait before a retry, doubled each time (at most 2 s).
+  absl::Duration retry_backoff = absl::Milliseconds(50);
 };
 
 class GenerationCore : public ClientApi {
@@ -85,15 +99,24 @@ class GenerationCore : public ClientApi {
   // prefix on each and this router's outstanding work.
   std::vector<WorkerView> Candidates(v1::WorkerRole role,
                                      absl::Span<const int32_t> tokens);
+  // One try of the request (attempt >= 1), continuing after the tokens
+  // the client already has. On a worker's failure (UNAVAILABLE) *culprit
+  // names the worker to avoid on the next try.
   absl::Status RunLocal(const v1::GenerateRequest& request,
                         const std::vector<int32_t>& tokens,
-                        const WorkerView& worker, absl::Time deadline,
-                        Request& state);
+                        const WorkerView& worker, uint32_t attempt,
+                        absl::Time deadline, Request& state,
+                        std::string* culprit);
   absl::Status RunDisaggregated(const v1::GenerateRequest& request,
                                 const std::vector<int32_t>& tokens,
                                 const WorkerView& prefill,
                                 const std::vector<const WorkerView*>& decode,
-                                absl::Time deadline, Request& state);
+                                uint32_t attempt, absl::Time deadline,
+                                Request& state, std::string* culprit);
+  // `workers` without those in `failed`, unless that leaves none.
+  static std::vector<WorkerView> Prefer(
+      std::vector<WorkerView> workers,
+      const absl::flat_hash_set<std::string>& failed);
   // Reads a StartDecode stream into the client's stream.
   absl::Status StreamDecode(const WorkerView& worker,
                             const v1::StartDecodeRequest& start,
