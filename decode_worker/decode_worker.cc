@@ -224,18 +224,24 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
   }
   PD_ASSIGN_OR_RETURN(int64_t reservation,
                       admissions_->Claim(notice.transfer_id()));
+  bool released = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(notice.transfer_id());
     if (it == transfers_.end()) {
-      // Released concurrently: the blocks are ours to free.
-      engine_->ReleaseTransfer(reservation);
-      return absl::NotFoundError(
-          absl::StrCat("transfer ", notice.transfer_id(), " was released"));
+      released = true;
+    } else {
+      it->second.verified = true;
+      it->second.reservation = reservation;
+      it->second.verified_at = absl::Now();
     }
-    it->second.verified = true;
-    it->second.reservation = reservation;
-    it->second.verified_at = absl::Now();
+  }
+  if (released) {
+    // Released concurrently: the blocks are ours to free. Outside mu_: the
+    // engine thread takes mu_ while holding the runner lock.
+    engine_->ReleaseTransfer(reservation);
+    return absl::NotFoundError(
+        absl::StrCat("transfer ", notice.transfer_id(), " was released"));
   }
   v1::CompleteTransferResponse response;
   response.set_verify_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
@@ -244,7 +250,12 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
 
 absl::Status DecodeWorker::StartDecode(const v1::StartDecodeRequest& request,
                                        DecodeSink sink) {
-  if (draining_) return absl::UnavailableError("decode worker is draining");
+  // A draining worker finishes what it admitted (a verified transfer is in
+  // flight work), but starts no new local prefills.
+  if (draining_ &&
+      request.kv_source_case() == v1::StartDecodeRequest::kLocalPrefill) {
+    return absl::UnavailableError("decode worker is draining");
+  }
   auto decode = std::make_shared<Decode>();
   decode->request_id = request.request_id();
   decode->attempt = request.attempt();

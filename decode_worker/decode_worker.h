@@ -163,6 +163,8 @@ class DecodeWorker {
   std::thread engine_thread_;
   std::thread sweep_thread_;
 
+  // Never held while calling into the engine: the engine thread holds its
+  // runner lock while its output callbacks take mu_.
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<engine::RequestId, std::shared_ptr<Decode>> decodes_

@@ -280,13 +280,21 @@ absl::Status LlmEngine::Step() {
   }
   if (items.empty()) {
     if (running_.empty() && !waiting_.empty()) {
-      // Nothing runs and the head of the queue cannot get blocks: it can
-      // never fit.
-      RequestOutput out;
-      Finish(waiting_.front(), RequestFinish::kError,
-             absl::ResourceExhaustedError(
-                 "the request needs more KV blocks than the cache has"),
-             &out);
+      // Nothing runs and the head of the queue cannot get blocks. If it
+      // needs more than the whole cache it never will; otherwise blocks are
+      // held elsewhere (transfer reservations) and come back.
+      const Request& head = *requests_[waiting_.front()];
+      const int64_t needed =
+          head.prompt.size() + head.stream->generated().size() + 1;
+      const int64_t capacity = int64_t{runner_->blocks().num_total_blocks()} *
+                               runner_->blocks().block_size();
+      if (needed > capacity) {
+        RequestOutput out;
+        Finish(waiting_.front(), RequestFinish::kError,
+               absl::ResourceExhaustedError(
+                   "the request needs more KV blocks than the cache has"),
+               &out);
+      }
     }
     return absl::OkStatus();
   }

@@ -18,6 +18,9 @@ struct PrefillWorker::Job {
   v1::PrefillRequest request;
   PrefillDone done;
   absl::Time deadline;
+  // When the decode worker stops holding the target's blocks (its
+  // expires_in_ms counted from arrival here): no write may land after it.
+  absl::Time transfer_deadline = absl::InfiniteFuture();
   engine::SeqId seq = 0;
   std::vector<int32_t> tokens;  // prompt + replayed tokens
   bool in_runner = false;
@@ -147,6 +150,10 @@ absl::Status PrefillWorker::Prefill(const v1::PrefillRequest& request,
   job->done = std::move(done);
   job->deadline = deadline;
   job->received = absl::Now();
+  if (request.has_target() && request.target().expires_in_ms() > 0) {
+    job->transfer_deadline =
+        job->received + absl::Milliseconds(request.target().expires_in_ms());
+  }
 
   absl::MutexLock lock(&mu_);
   if (inflight_ >= options_.max_queued_requests) {
@@ -206,9 +213,11 @@ void PrefillWorker::AdmitJobs(int32_t* budget) {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (absl::Now() > job->deadline) {
+    if (absl::Now() > std::min(job->deadline, job->transfer_deadline)) {
       FailJob(std::move(job),
-              absl::DeadlineExceededError("deadline passed while queued"));
+              absl::DeadlineExceededError(
+                  "deadline (or the decode worker's reservation) passed "
+                  "while queued"));
       continue;
     }
     const int32_t prompt_length = job->request.prompt_token_ids_size();
@@ -255,7 +264,9 @@ void PrefillWorker::AdmitJobs(int32_t* budget) {
         w.target = target;
         w.remote_region = *remote;
         w.prefill_worker_id = options_.worker_id;
-        w.deadline = job->deadline;
+        // Counted from when the request arrived, not from now: the
+        // decode worker's clock for its reservation started before.
+        w.deadline = std::min(job->deadline, job->transfer_deadline);
         absl::StatusOr<std::unique_ptr<kv_transfer::KvTransferWriter>> writer =
             kv_transfer::KvTransferWriter::Create(std::move(w));
         if (writer.ok()) {

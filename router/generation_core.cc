@@ -479,6 +479,9 @@ absl::Status GenerationCore::StreamDecode(const WorkerView& worker,
     DecodeStub(worker.address)->Cancel(&cancel_context, cancel, &ignored);
     return absl::CancelledError("the client went away");
   }
+  // The last chunk arrived: the answer is complete, whatever the stream's
+  // status says after it (a worker dying right then must not cause a retry).
+  if (state.finished()) return absl::OkStatus();
   if (!status.ok()) {
     return WorkerError(absl::StrCat("decode on ", worker.worker_id), status);
   }

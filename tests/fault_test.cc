@@ -132,7 +132,13 @@ TEST_F(FaultTest, KilledDecodeWorkerMidStreamLosesNoToken) {
                      absl::StrCat("request ", i));
     migrated += got[i].timing.migrations() > 0;
     if (got[i].timing.migrations() > 0) {
-      EXPECT_EQ(got[i].timing.decode_worker_id(), "decode-1");
+      // The stream ended on the surviving worker (or, when the re-prefill's
+      // token ended it, on no decode worker at all).
+      EXPECT_NE(got[i].timing.decode_worker_id(), "decode-0")
+          << got[i].timing.DebugString() << " finish "
+          << v1::FinishReason_Name(got[i].finish) << " after "
+          << got[i].tokens.size() << " tokens in " << got[i].chunks
+          << " chunks";
     }
   }
   EXPECT_GT(migrated, 0) << "no stream was on decode-0 when it died";
