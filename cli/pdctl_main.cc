@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -117,6 +118,21 @@ std::string WorkDir() {
 
 // The running cluster's supervisor pid and endpoints, for `pdctl down`.
 std::string StateFile() { return WorkDir() + "/cluster.state"; }
+
+// The supervisor pid recorded in the state file, when that process still
+// runs and is a pdctl (a stale file from a supervisor that was killed must
+// not make us signal whatever process reused its pid).
+std::optional<pid_t> LiveSupervisor() {
+  std::ifstream in(StateFile());
+  pid_t pid = 0;
+  std::string key;
+  if (!(in >> key >> pid) || key != "pid" || pid <= 0) return std::nullopt;
+  std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
+  std::string argv0;
+  std::getline(cmdline, argv0, '\0');
+  if (argv0.find("pdctl") == std::string::npos) return std::nullopt;
+  return pid;
+}
 
 int Fail(const absl::Status& status) {
   std::cerr << "pdctl: " << status << "\n";
@@ -357,9 +373,12 @@ int Up() {
         "cannot create ", options.work_dir, ": ", error.message())));
   }
   if (std::ifstream(StateFile()).good()) {
-    return Fail(absl::AlreadyExistsError(
-        absl::StrCat("a local cluster is already up (", StateFile(),
-                     "); run pdctl down first")));
+    if (LiveSupervisor().has_value()) {
+      return Fail(absl::AlreadyExistsError(
+          absl::StrCat("a local cluster is already up (", StateFile(),
+                       "); run pdctl down first")));
+    }
+    std::remove(StateFile().c_str());  // left by a supervisor that died
   }
   std::cout << "starting router, " << options.num_prefill << " prefill, "
             << options.num_decode << " decode and " << options.num_colocated
@@ -416,13 +435,16 @@ int Up() {
 }
 
 int Down() {
-  std::ifstream in(StateFile());
-  pid_t pid = 0;
-  std::string key;
-  if (!(in >> key >> pid) || key != "pid" || pid <= 0) {
-    std::cout << "no local cluster is up (" << StateFile() << ")\n";
+  const std::optional<pid_t> supervisor = LiveSupervisor();
+  if (!supervisor.has_value()) {
+    const bool stale = std::ifstream(StateFile()).good();
+    std::remove(StateFile().c_str());
+    std::cout << (stale ? "the cluster's supervisor was already gone ("
+                        : "no local cluster is up (")
+              << StateFile() << ")\n";
     return 0;
   }
+  const pid_t pid = *supervisor;
   if (::kill(pid, SIGTERM) != 0) {
     std::remove(StateFile().c_str());
     std::cout << "the cluster's supervisor (pid " << pid

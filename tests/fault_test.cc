@@ -111,7 +111,7 @@ TEST_F(FaultTest, KilledDecodeWorkerMidStreamLosesNoToken) {
   Start("kill-decode", 1, 2);
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 12; ++i) {
-    v1::GenerateRequest r = TokenRequest(40 + i, i, 80, vocab);
+    v1::GenerateRequest r = TokenRequest(40 + i, i, 120, vocab);
     if (i % 2 == 1) Seed(&r, 500 + i);
     requests.push_back(r);
   }
