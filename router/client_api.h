@@ -9,13 +9,39 @@
 #define PDSERVE_ROUTER_CLIENT_API_H_
 
 #include <functional>
+#include <map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/client.pb.h"
 
 namespace pdserve::router {
+
+// Lets a front end stop a running Generate from another thread, when it
+// learns that the client cancelled or disconnected outside a sink call (a
+// gRPC cancel arrives while the request waits for its prefill). Callbacks
+// registered by the core (e.g. cancelling an RPC in flight) run on Cancel.
+// Thread-safe.
+class CancelToken {
+ public:
+  // Idempotent; runs the registered callbacks once, on this thread.
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `fn` on Cancel (at once when already cancelled). Returns an id for
+  // Unregister. `fn` must not call back into the token.
+  int Register(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_);
+  // After it returns, the callback is not running and will not run.
+  void Unregister(int id) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<int, std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
+};
 
 // Receives the chunks of one generation, in order, from one thread at a
 // time. Returning false means the client is gone: the core stops the
@@ -32,9 +58,11 @@ class ClientApi {
   // (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED,
   // UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, INTERNAL; see
   // proto/client.proto), possibly after some chunks were sent. `deadline`
-  // bounds the whole request.
+  // bounds the whole request; `cancel`, when given, stops it early (the
+  // call then returns CANCELLED after stopping the work on every worker).
   virtual absl::Status Generate(v1::GenerateRequest request,
-                                absl::Time deadline, const ChunkSink& sink) = 0;
+                                absl::Time deadline, const ChunkSink& sink,
+                                CancelToken* cancel = nullptr) = 0;
 
   virtual absl::StatusOr<v1::TokenizeResponse> Tokenize(
       const v1::TokenizeRequest& request) = 0;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -56,7 +57,41 @@ absl::Status WorkerError(absl::string_view what, const absl::Status& status) {
   }
 }
 
+// Best-effort Cancel of one attempt of a request on a worker (DecodeWorker
+// or PrefillWorker stub), bounded by a short deadline.
+template <typename Stub>
+void CancelAttempt(Stub* stub, const std::string& request_id,
+                   uint32_t attempt) {
+  v1::CancelRequest cancel;
+  cancel.set_request_id(request_id);
+  cancel.set_attempt(attempt);
+  cancel.set_reason(v1::CANCEL_REASON_ROUTER);
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Now() + absl::Seconds(2));
+  v1::CancelResponse ignored;
+  stub->Cancel(&context, cancel, &ignored);
+}
+
 }  // namespace
+
+// Cancels `context` if `token` fires while the scope lives (a blocking RPC
+// made on behalf of a client that may cancel meanwhile).
+class CancelScope {
+ public:
+  CancelScope(CancelToken* token, grpc::ClientContext* context)
+      : token_(token) {
+    if (token_ != nullptr) {
+      id_ = token_->Register([context] { context->TryCancel(); });
+    }
+  }
+  ~CancelScope() {
+    if (token_ != nullptr) token_->Unregister(id_);
+  }
+
+ private:
+  CancelToken* const token_;
+  int id_ = 0;
+};
 
 // One request's state while it runs: what the client asked for and what has
 // been sent, so chunks from the prefill and the decode worker become one
@@ -64,15 +99,20 @@ absl::Status WorkerError(absl::string_view what, const absl::Status& status) {
 class GenerationCore::Request {
  public:
   Request(const v1::GenerateRequest& request, const ChunkSink& sink,
-          absl::Time arrival)
-      : id_(request.request_id()),
+          absl::Time arrival, CancelToken* cancel)
+      : cancel_(cancel),
+        id_(request.request_id()),
         include_usage_(request.stream_options().include_usage()),
         include_timing_(request.stream_options().include_timing()),
         sink_(sink),
         arrival_(arrival) {}
 
   const std::string& id() const { return id_; }
-  bool client_gone() const { return client_gone_; }
+  // The client went away: a sink call said so, or the front end cancelled.
+  bool client_gone() const {
+    return client_gone_ || (cancel_ != nullptr && cancel_->cancelled());
+  }
+  CancelToken* cancel() const { return cancel_; }
   void set_prefill(const std::string& worker_id,
                    const v1::PrefillResponse& response) {
     prefill_worker_ = worker_id;
@@ -169,6 +209,7 @@ class GenerationCore::Request {
     return !client_gone_;
   }
 
+  CancelToken* const cancel_;
   const std::string id_;
   const bool include_usage_;
   const bool include_timing_;
@@ -340,7 +381,8 @@ v1::PrefillWorker::Stub* GenerationCore::PrefillStub(
 
 absl::Status GenerationCore::Generate(v1::GenerateRequest request,
                                       absl::Time deadline,
-                                      const ChunkSink& sink) {
+                                      const ChunkSink& sink,
+                                      CancelToken* cancel) {
   const absl::Time arrival = absl::Now();
   PD_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, Encode(request));
   PD_RETURN_IF_ERROR(Validate(request, tokens));
@@ -371,7 +413,7 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
     }
   } cleanup{this, id};
 
-  Request state(request, sink, arrival);
+  Request state(request, sink, arrival, cancel);
   // Workers that failed this request: tried again only when no other is
   // left, so a retry or migration lands elsewhere when it can.
   absl::flat_hash_set<std::string> failed;
@@ -402,8 +444,11 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
     }
     // Only a worker's failure is retried; the request's own errors, the
     // client going away and the deadline end it.
-    if (status.ok() || state.client_gone() ||
-        status.code() != absl::StatusCode::kUnavailable) {
+    if (state.client_gone()) {
+      return status.ok() ? status
+                         : absl::CancelledError("the client went away");
+    }
+    if (status.ok() || status.code() != absl::StatusCode::kUnavailable) {
       return status;
     }
     if (!culprit.empty()) failed.insert(culprit);
@@ -431,7 +476,17 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
           absl::StrCat("request ", id, ": deadline passed while retrying (",
                        status.message(), ")"));
     }
-    absl::SleepFor(backoff);
+    if (cancel != nullptr) {
+      absl::Notification woken;
+      const int id = cancel->Register([&woken] { woken.Notify(); });
+      woken.WaitForNotificationWithTimeout(backoff);
+      cancel->Unregister(id);
+      if (cancel->cancelled()) {
+        return absl::CancelledError("the client went away");
+      }
+    } else {
+      absl::SleepFor(backoff);
+    }
   }
 }
 
@@ -456,6 +511,7 @@ absl::Status GenerationCore::StreamDecode(const WorkerView& worker,
   } done{this, worker.worker_id};
   grpc::ClientContext context;
   SetDeadline(&context, deadline);
+  CancelScope cancellable(state.cancel(), &context);
   std::unique_ptr<grpc::ClientReader<v1::DecodeChunk>> reader =
       DecodeStub(worker.address)->StartDecode(&context, start);
   v1::DecodeChunk chunk;
@@ -468,15 +524,9 @@ absl::Status GenerationCore::StreamDecode(const WorkerView& worker,
     }
   }
   const absl::Status status = rpc::FromGrpcStatus(reader->Finish());
-  if (state.client_gone()) {
-    v1::CancelRequest cancel;
-    cancel.set_request_id(start.request_id());
-    cancel.set_attempt(start.attempt());
-    cancel.set_reason(v1::CANCEL_REASON_CLIENT);
-    grpc::ClientContext cancel_context;
-    SetDeadline(&cancel_context, absl::Now() + absl::Seconds(2));
-    v1::CancelResponse ignored;
-    DecodeStub(worker.address)->Cancel(&cancel_context, cancel, &ignored);
+  if (state.client_gone() && !state.finished()) {
+    CancelAttempt(DecodeStub(worker.address), start.request_id(),
+                  start.attempt());
     return absl::CancelledError("the client went away");
   }
   // The last chunk arrived: the answer is complete, whatever the stream's
@@ -548,8 +598,11 @@ absl::Status GenerationCore::RunDisaggregated(
   v1::AdmitResponse admitted;
   absl::Status refused;
   for (const WorkerView* candidate : decode) {
+    if (state.client_gone())
+      return absl::CancelledError("the client went away");
     grpc::ClientContext context;
     SetDeadline(&context, deadline);
+    CancelScope cancellable(state.cancel(), &context);
     const absl::Status s = rpc::FromGrpcStatus(
         DecodeStub(candidate->address)->Admit(&context, admit, &admitted));
     if (s.ok()) {
@@ -557,6 +610,13 @@ absl::Status GenerationCore::RunDisaggregated(
       break;
     }
     refused = s;
+    if (s.code() == absl::StatusCode::kCancelled ||
+        s.code() == absl::StatusCode::kDeadlineExceeded) {
+      // The worker may have reserved before the call was cut short: ask it
+      // to drop whatever this attempt holds.
+      CancelAttempt(DecodeStub(candidate->address), state.id(), kAttempt);
+      break;
+    }
     if (s.code() == absl::StatusCode::kUnavailable) {
       *culprit = candidate->worker_id;
     } else if (s.code() != absl::StatusCode::kResourceExhausted) {
@@ -564,6 +624,9 @@ absl::Status GenerationCore::RunDisaggregated(
     }
   }
   if (decoder == nullptr) {
+    if (state.client_gone()) {
+      return absl::CancelledError("the client went away");
+    }
     return WorkerError("admission on a decode worker", refused);
   }
   const v1::KvTransferTarget& target = admitted.target();
@@ -595,6 +658,7 @@ absl::Status GenerationCore::RunDisaggregated(
   {
     grpc::ClientContext context;
     SetDeadline(&context, deadline);
+    CancelScope cancellable(state.cancel(), &context);
     prefilled =
         rpc::FromGrpcStatus(PrefillStub(prefill.address)
                                 ->Prefill(&context, prefill_request, &first));
@@ -615,14 +679,10 @@ absl::Status GenerationCore::RunDisaggregated(
                    : decoder->worker_id;
     if (prefilled.code() != absl::StatusCode::kUnavailable) {
       // Stop what the prefill worker may still do for this attempt.
-      v1::CancelRequest cancel;
-      cancel.set_request_id(state.id());
-      cancel.set_attempt(kAttempt);
-      cancel.set_reason(v1::CANCEL_REASON_ROUTER);
-      grpc::ClientContext context;
-      SetDeadline(&context, absl::Now() + absl::Seconds(2));
-      v1::CancelResponse ignored;
-      PrefillStub(prefill.address)->Cancel(&context, cancel, &ignored);
+      CancelAttempt(PrefillStub(prefill.address), state.id(), kAttempt);
+    }
+    if (state.client_gone()) {
+      return absl::CancelledError("the client went away");
     }
     return WorkerError(absl::StrCat("prefill on ", prefill.worker_id),
                        prefilled);

@@ -77,7 +77,8 @@ class GenerationCore : public ClientApi {
   ~GenerationCore() override;
 
   absl::Status Generate(v1::GenerateRequest request, absl::Time deadline,
-                        const ChunkSink& sink) override;
+                        const ChunkSink& sink,
+                        CancelToken* cancel = nullptr) override;
   absl::StatusOr<v1::TokenizeResponse> Tokenize(
       const v1::TokenizeRequest& request) override;
   absl::StatusOr<v1::ListModelsResponse> ListModels() override;

@@ -1,5 +1,6 @@
 #include "router/generation_service.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -30,12 +31,18 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     absl::MutexLock lock(&mu_);
     ++running_;
   }
-  std::thread([this, stream = stream, request = *request, deadline]() mutable {
-    const absl::Status status =
-        api_->Generate(std::move(request), deadline,
-                       [&stream](const v1::GenerateResponse& chunk) {
-                         return stream->Push(chunk);
-                       });
+  // A client that cancels while its request waits (for a prefill, say)
+  // stops it at once, not at the next chunk.
+  auto cancel = std::make_shared<CancelToken>();
+  stream->OnCancel([cancel] { cancel->Cancel(); });
+  std::thread([this, stream = stream, cancel, request = *request,
+               deadline]() mutable {
+    const absl::Status status = api_->Generate(
+        std::move(request), deadline,
+        [&stream](const v1::GenerateResponse& chunk) {
+          return stream->Push(chunk);
+        },
+        cancel.get());
     std::optional<std::pair<std::string, std::string>> trailer;
     if (status.code() == absl::StatusCode::kResourceExhausted) {
       trailer.emplace("retry-after-ms",

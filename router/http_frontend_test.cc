@@ -66,7 +66,8 @@ class FakeClientApi : public ClientApi {
   }
 
   absl::Status Generate(v1::GenerateRequest request, absl::Time deadline,
-                        const ChunkSink& sink) override {
+                        const ChunkSink& sink,
+                        CancelToken* /*cancel*/) override {
     Script script;
     {
       absl::MutexLock lock(&mu_);

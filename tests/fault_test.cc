@@ -14,9 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "cli/admin_client.h"
 #include "cli/local_cluster.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "model/tiny_model.h"
+#include "proto/client.grpc.pb.h"
 #include "tests/cluster_testing.h"
 #include "tests/serving_testing.h"
 
@@ -51,7 +54,8 @@ std::string SlowTinyModelPath() {
 
 class FaultTest : public ::testing::Test {
  protected:
-  void Start(const std::string& name, int prefill, int decode) {
+  void Start(const std::string& name, int prefill, int decode,
+             std::vector<std::string> extra_worker_args = {}) {
     cli::LocalClusterOptions options;
     options.bin_dir = testing::BinDir();
     options.work_dir = testing::MakeWorkDir(name);
@@ -63,6 +67,9 @@ class FaultTest : public ::testing::Test {
     options.startup_timeout = absl::Seconds(60);
     options.router_args = {"--routing_policy=round_robin"};
     options.worker_args = {"--threads=1", "--kv_cache_mb=64"};
+    options.worker_args.insert(options.worker_args.end(),
+                               extra_worker_args.begin(),
+                               extra_worker_args.end());
     auto cluster = cli::LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(cluster).value();
@@ -169,6 +176,65 @@ TEST_F(FaultTest, KilledPrefillWorkerIsRetriedElsewhere) {
     retried += got[i].timing.prefill_attempts() > 1;
   }
   EXPECT_GT(retried, 0) << "no prefill was on prefill-0 when it died";
+}
+
+// A gRPC client that cancels while its request is still being prefilled
+// stops the work on every worker within about a second (prefill passes are
+// short, --max_batch_tokens=64, so the prefill worker sees the cancel
+// between two of them).
+TEST_F(FaultTest, ClientCancelDuringPrefillStopsTheWork) {
+  OfflineEngine offline(SlowTinyModelPath());
+  const int32_t vocab = offline.model().config().vocab_size;
+  Start("cancel", 1, 1, {"--max_batch_tokens=64"});
+  auto stub = v1::Generation::NewStub(grpc::CreateChannel(
+      cluster_->router_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(120));
+  const v1::GenerateRequest request = TokenRequest(900, 1, 16, vocab);
+  const absl::Time start = absl::Now();
+  auto reader = stub->Generate(&context, request);
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    context.TryCancel();
+  });
+  v1::GenerateResponse chunk;
+  int chunks = 0;
+  while (reader->Read(&chunk)) ++chunks;
+  const grpc::Status status = reader->Finish();
+  canceller.join();
+  EXPECT_EQ(chunks, 0) << "the prefill finished before the cancel";
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  const absl::Time cancelled = start + absl::Milliseconds(500);
+
+  // Every worker drops the request: nothing queued or running anywhere.
+  absl::Duration took = absl::InfiniteDuration();
+  std::string busy;
+  while (absl::Now() < cancelled + absl::Seconds(5)) {
+    auto listed =
+        cli::ListWorkers(cluster_->control_address(),
+                         v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(5));
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    busy.clear();
+    for (const v1::WorkerInfo& w : listed->workers()) {
+      if (w.inflight_requests() != 0 || w.load().queued_prefill_tokens() != 0 ||
+          w.load().running_sequences() != 0) {
+        absl::StrAppend(&busy, w.worker_id(), " ");
+      }
+    }
+    if (busy.empty()) {
+      took = absl::Now() - cancelled;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  // Heartbeats (every 200 ms) report it; the work itself stops sooner.
+  EXPECT_LT(took, absl::Milliseconds(1500)) << "still busy: " << busy;
+
+  // The cluster still serves.
+  const v1::GenerateRequest next = TokenRequest(20, 2, 4, vocab);
+  ExpectSameAnswer(Generate(cluster_->router_address(), next),
+                   offline.Run(next), "after the cancel");
 }
 
 }  // namespace
