@@ -104,8 +104,17 @@ void DecodeWorker::BeginDrain() { draining_ = true; }
 void DecodeWorker::EngineLoop() {
   while (!stop_.HasBeenNotified()) {
     if (!engine_->WaitForWork(absl::Milliseconds(50))) continue;
+    const engine::EngineStats before = engine_->stats();
     if (absl::Status s = engine_->Step(); !s.ok()) {
       PD_LOG(ERROR) << "engine step failed: " << s;
+    }
+    const engine::EngineStats after = engine_->stats();
+    if (after.prompt_tokens_computed == before.prompt_tokens_computed &&
+        after.decode_tokens == before.decode_tokens) {
+      // Work is queued but nothing could run (its blocks are held by
+      // transfer reservations until they are used or expire): wait a
+      // little instead of spinning a core.
+      absl::SleepFor(absl::Milliseconds(2));
     }
   }
 }
