@@ -147,13 +147,13 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
                         cluster->Launch(spec.name, spec.binary, args, give_up));
     cluster->processes_.push_back(std::move(worker));
   }
-  const std::string router_address = cluster->control_address_;
 
   // Ready when the router lists every worker as SERVING.
   const size_t expected = workers.size();
   while (true) {
-    absl::StatusOr<v1::ListWorkersResponse> listed = ListWorkers(
-        router_address, v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(2));
+    absl::StatusOr<v1::ListWorkersResponse> listed =
+        ListWorkers(cluster->control_address_, v1::WORKER_ROLE_UNSPECIFIED,
+                    absl::Seconds(2));
     size_t serving = 0;
     if (listed.ok()) {
       for (const v1::WorkerInfo& w : listed->workers()) {

@@ -228,7 +228,6 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
         .IgnoreError();
     absl::MutexLock lock(&mu_);
     transfers_.erase(notice.transfer_id());
-    ++checksum_failures_;
     return verified;
   }
   PD_ASSIGN_OR_RETURN(int64_t reservation,
@@ -328,7 +327,6 @@ absl::Status DecodeWorker::StartDecode(const v1::StartDecodeRequest& request,
     return id.status();
   }
   absl::MutexLock lock(&mu_);
-  decode->engine_id = *id;
   if (!decode->finished) decodes_[*id] = decode;
   return absl::OkStatus();
 }

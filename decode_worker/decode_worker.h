@@ -129,7 +129,6 @@ class DecodeWorker {
   struct Decode {
     std::string request_id;
     uint32_t attempt = 0;
-    engine::RequestId engine_id = 0;
     DecodeSink sink;
     uint32_t num_prompt_tokens = 0;
     bool local_prefill = false;
@@ -169,7 +168,6 @@ class DecodeWorker {
   absl::flat_hash_map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<engine::RequestId, std::shared_ptr<Decode>> decodes_
       ABSL_GUARDED_BY(mu_);
-  uint64_t checksum_failures_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pdserve::decode_worker

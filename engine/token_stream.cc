@@ -103,10 +103,4 @@ absl::StatusOr<StreamStep> TokenStream::Next(absl::Span<const float> logits) {
   return step;
 }
 
-std::string TokenStream::Flush() {
-  if (stop_.stopped()) return "";
-  StopChecker::FeedResult fed = stop_.Feed(detok_.Finish());
-  return fed.stopped ? fed.text : fed.text + stop_.Flush();
-}
-
 }  // namespace pdserve::engine

@@ -74,13 +74,7 @@ class TokenStream {
   // every stop condition.
   absl::StatusOr<StreamStep> Next(absl::Span<const float> logits);
 
-  // Ends the stream early (cancellation): the text still held back, which
-  // the client has not seen. Empty after a stop.
-  std::string Flush();
-
   const std::vector<int32_t>& generated() const { return generated_; }
-  int32_t prompt_length() const { return prompt_length_; }
-  const SamplingParams& sampling() const { return sampler_->params(); }
 
  private:
   TokenStream(const TokenStreamOptions& options, Sampler sampler,

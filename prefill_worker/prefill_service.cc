@@ -3,8 +3,6 @@
 #include <utility>
 
 #include "absl/time/clock.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "rpc/status_conversion.h"
 #include "rpc/unary.h"
 
@@ -35,17 +33,6 @@ grpc::ServerUnaryReactor* PrefillService::Cancel(
       context, worker_->Cancel(*request), response);
 }
 
-v1::DecodeWorker::Stub* GrpcTransferCompleter::StubFor(
-    const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  std::unique_ptr<v1::DecodeWorker::Stub>& stub = stubs_[address];
-  if (stub == nullptr) {
-    stub = v1::DecodeWorker::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  }
-  return stub.get();
-}
-
 absl::Status GrpcTransferCompleter::Complete(
     const std::string& notify_address, const v1::KvTransferComplete& notice,
     absl::Time deadline) {
@@ -54,7 +41,8 @@ absl::Status GrpcTransferCompleter::Complete(
       absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(30))));
   v1::CompleteTransferResponse response;
   return rpc::FromGrpcStatus(
-      StubFor(notify_address)->CompleteTransfer(&context, notice, &response));
+      stubs_.Get(notify_address)
+          ->CompleteTransfer(&context, notice, &response));
 }
 
 }  // namespace pdserve::prefill_worker

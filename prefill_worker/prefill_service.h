@@ -10,14 +10,11 @@
 #ifndef PDSERVE_PREFILL_WORKER_PREFILL_SERVICE_H_
 #define PDSERVE_PREFILL_WORKER_PREFILL_SERVICE_H_
 
-#include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "prefill_worker/prefill_worker.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/stub_cache.h"
 
 namespace pdserve::prefill_worker {
 
@@ -45,11 +42,7 @@ class GrpcTransferCompleter : public TransferCompleter {
                         absl::Time deadline) override;
 
  private:
-  v1::DecodeWorker::Stub* StubFor(const std::string& address);
-
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::DecodeWorker::Stub>>
-      stubs_ ABSL_GUARDED_BY(mu_);
+  rpc::StubCache<v1::DecodeWorker> stubs_;
 };
 
 }  // namespace pdserve::prefill_worker

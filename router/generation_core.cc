@@ -15,8 +15,6 @@
 #include "engine/kv_block_manager.h"
 #include "engine/proto_conversion.h"
 #include "engine/sampler.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "rpc/status_conversion.h"
 
 namespace pdserve::router {
@@ -178,9 +176,8 @@ class GenerationCore::Request {
     out.set_request_id(id_);
     const bool last = out.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
     if (out.token_ids_size() > 0) {
-      if (tokens_ == 0) first_token_ = now;
+      if (sent_.empty()) first_token_ = now;
       last_token_ = now;
-      tokens_ += out.token_ids_size();
       sent_.insert(sent_.end(), out.token_ids().begin(), out.token_ids().end());
     }
     if (!decode_worker.empty()) decode_worker_ = decode_worker;
@@ -193,8 +190,8 @@ class GenerationCore::Request {
       t->set_prefill_attempts(prefill_attempts_);
       t->set_migrations(migrations_);
       if (last) {
-        if (tokens_ > 1) {
-          t->set_tpot_ms(Ms(last_token_ - first_token_) / (tokens_ - 1));
+        if (sent_.size() > 1) {
+          t->set_tpot_ms(Ms(last_token_ - first_token_) / (sent_.size() - 1));
         }
         t->set_e2e_ms(Ms(now - arrival_));
         t->set_decode_worker_id(decode_worker_);
@@ -218,7 +215,6 @@ class GenerationCore::Request {
   absl::Time routed_;
   absl::Time first_token_;
   absl::Time last_token_;
-  int32_t tokens_ = 0;
   std::vector<uint32_t> sent_;
   uint32_t prefill_attempts_ = 0;
   uint32_t migrations_ = 0;
@@ -356,27 +352,6 @@ void GenerationCore::AddOutstanding(const std::string& worker_id,
   o.tokens += tokens;
   o.sequences += sequences;
   if (o.tokens == 0 && o.sequences == 0) outstanding_.erase(worker_id);
-}
-
-v1::DecodeWorker::Stub* GenerationCore::DecodeStub(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  auto& stub = decode_stubs_[address];
-  if (stub == nullptr) {
-    stub = v1::DecodeWorker::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  }
-  return stub.get();
-}
-
-v1::PrefillWorker::Stub* GenerationCore::PrefillStub(
-    const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  auto& stub = prefill_stubs_[address];
-  if (stub == nullptr) {
-    stub = v1::PrefillWorker::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  }
-  return stub.get();
 }
 
 absl::Status GenerationCore::Generate(v1::GenerateRequest request,
@@ -568,14 +543,13 @@ absl::Status GenerationCore::RunDisaggregated(
     const WorkerView& prefill, const std::vector<const WorkerView*>& decode,
     uint32_t attempt, absl::Time deadline, Request& state,
     std::string* culprit) {
-  const uint32_t kAttempt = attempt;
   // Tokens already sent (a migration): the prefill computes prompt + them
   // and samples the next one.
   const std::vector<uint32_t> replayed = state.sent();
   // 1. Admission first: blocks on a decode worker with room.
   v1::AdmitRequest admit;
   admit.set_request_id(state.id());
-  admit.set_attempt(kAttempt);
+  admit.set_attempt(attempt);
   for (int32_t t : tokens) admit.add_token_ids(t);
   for (uint32_t t : replayed) admit.add_token_ids(t);
   admit.set_num_prompt_tokens(tokens.size());
@@ -614,7 +588,7 @@ absl::Status GenerationCore::RunDisaggregated(
         s.code() == absl::StatusCode::kDeadlineExceeded) {
       // The worker may have reserved before the call was cut short: ask it
       // to drop whatever this attempt holds.
-      CancelAttempt(DecodeStub(candidate->address), state.id(), kAttempt);
+      CancelAttempt(DecodeStub(candidate->address), state.id(), attempt);
       break;
     }
     if (s.code() == absl::StatusCode::kUnavailable) {
@@ -645,7 +619,7 @@ absl::Status GenerationCore::RunDisaggregated(
   // 2. Prefill, with the KV pushed into the admitted blocks.
   v1::PrefillRequest prefill_request;
   prefill_request.set_request_id(state.id());
-  prefill_request.set_attempt(kAttempt);
+  prefill_request.set_attempt(attempt);
   for (int32_t t : tokens) prefill_request.add_prompt_token_ids(t);
   for (uint32_t t : replayed) prefill_request.add_generated_token_ids(t);
   *prefill_request.mutable_sampling() = request.sampling();
@@ -679,7 +653,7 @@ absl::Status GenerationCore::RunDisaggregated(
                    : decoder->worker_id;
     if (prefilled.code() != absl::StatusCode::kUnavailable) {
       // Stop what the prefill worker may still do for this attempt.
-      CancelAttempt(PrefillStub(prefill.address), state.id(), kAttempt);
+      CancelAttempt(PrefillStub(prefill.address), state.id(), attempt);
     }
     if (state.client_gone()) {
       return absl::CancelledError("the client went away");
@@ -699,7 +673,7 @@ absl::Status GenerationCore::RunDisaggregated(
   }
   v1::StartDecodeRequest start;
   start.set_request_id(state.id());
-  start.set_attempt(kAttempt);
+  start.set_attempt(attempt);
   start.set_transfer_id(target.transfer_id());
   *start.mutable_sampling() = request.sampling();
   for (uint32_t t : replayed) start.add_generated_token_ids(t);

@@ -46,6 +46,7 @@
 #include "router/client_api.h"
 #include "router/routing_policy.h"
 #include "router/worker_registry.h"
+#include "rpc/stub_cache.h"
 
 namespace pdserve::router {
 
@@ -84,8 +85,6 @@ class GenerationCore : public ClientApi {
   absl::StatusOr<v1::ListModelsResponse> ListModels() override;
   absl::Status CheckReady() override;
 
-  int32_t inflight() const { return inflight_.load(); }
-
  private:
   class Request;
   struct Outstanding {
@@ -122,8 +121,12 @@ class GenerationCore : public ClientApi {
   absl::Status StreamDecode(const WorkerView& worker,
                             const v1::StartDecodeRequest& start,
                             absl::Time deadline, Request& state);
-  v1::DecodeWorker::Stub* DecodeStub(const std::string& address);
-  v1::PrefillWorker::Stub* PrefillStub(const std::string& address);
+  v1::DecodeWorker::Stub* DecodeStub(const std::string& address) {
+    return decode_stubs_.Get(address);
+  }
+  v1::PrefillWorker::Stub* PrefillStub(const std::string& address) {
+    return prefill_stubs_.Get(address);
+  }
   void AddOutstanding(const std::string& worker_id, int64_t tokens,
                       int32_t sequences);
 
@@ -138,10 +141,8 @@ class GenerationCore : public ClientApi {
   absl::flat_hash_set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Outstanding> outstanding_
       ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::DecodeWorker::Stub>>
-      decode_stubs_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::PrefillWorker::Stub>>
-      prefill_stubs_ ABSL_GUARDED_BY(mu_);
+  rpc::StubCache<v1::DecodeWorker> decode_stubs_;
+  rpc::StubCache<v1::PrefillWorker> prefill_stubs_;
 };
 
 }  // namespace pdserve::router

@@ -42,6 +42,13 @@ int64_t Uncached(const WorkerView& w, int32_t prompt_tokens,
       1, prompt_tokens - int64_t{w.cached_blocks} * block_size);
 }
 
+// Prompt tokens waiting on a prefill worker: what it reported, or what this
+// router sent since, whichever is larger (heartbeats lag).
+int64_t QueuedTokens(const WorkerView& w) {
+  return std::max<int64_t>(w.outstanding_tokens,
+                           w.load.queued_prefill_tokens());
+}
+
 // Decode candidates, most attractive first: fewest sequences (running as
 // reported plus what this router sent since), then most free blocks.
 std::vector<size_t> RankDecode(const std::vector<WorkerView>& decode) {
@@ -92,9 +99,8 @@ Route RoutingPolicy::Choose(const std::vector<WorkerView>& prefill,
       double best = 0;
       for (size_t i = 0; i < prefill.size(); ++i) {
         const WorkerView& w = prefill[i];
-        const double cost = weight * Uncached(w, prompt_tokens, block_size) +
-                            std::max<double>(w.outstanding_tokens,
-                                             w.load.queued_prefill_tokens());
+        const double cost =
+            weight * Uncached(w, prompt_tokens, block_size) + QueuedTokens(w);
         if (!route.prefill.has_value() || cost < best) {
           best = cost;
           route.prefill = i;
@@ -103,14 +109,11 @@ Route RoutingPolicy::Choose(const std::vector<WorkerView>& prefill,
       break;
     }
     default: {  // LEAST_LOADED
+      int64_t best = 0;
       for (size_t i = 0; i < prefill.size(); ++i) {
-        const int64_t load =
-            std::max<int64_t>(prefill[i].outstanding_tokens,
-                              prefill[i].load.queued_prefill_tokens());
-        if (!route.prefill.has_value() ||
-            load < std::max<int64_t>(
-                       prefill[*route.prefill].outstanding_tokens,
-                       prefill[*route.prefill].load.queued_prefill_tokens())) {
+        const int64_t load = QueuedTokens(prefill[i]);
+        if (!route.prefill.has_value() || load < best) {
+          best = load;
           route.prefill = i;
         }
       }
