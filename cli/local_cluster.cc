@@ -3,12 +3,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "cli/admin_client.h"
 #include "common/status_macros.h"
@@ -143,33 +146,89 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     args.insert(args.end(), spec.extra.begin(), spec.extra.end());
     args.insert(args.end(), options.worker_args.begin(),
                 options.worker_args.end());
+    if (auto own = options.process_args.find(spec.name);
+        own != options.process_args.end()) {
+      args.insert(args.end(), own->second.begin(), own->second.end());
+    }
     PD_ASSIGN_OR_RETURN(LocalProcess worker,
                         cluster->Launch(spec.name, spec.binary, args, give_up));
     cluster->processes_.push_back(std::move(worker));
   }
 
   // Ready when the router lists every worker as SERVING.
-  const size_t expected = workers.size();
+  std::vector<std::string> names;
+  for (const WorkerSpec& spec : workers) names.push_back(spec.name);
+  PD_RETURN_IF_ERROR(cluster->AwaitServing(names, give_up));
+  return cluster;
+}
+
+absl::Status LocalCluster::AwaitServing(const std::vector<std::string>& names,
+                                        absl::Time give_up) {
   while (true) {
-    absl::StatusOr<v1::ListWorkersResponse> listed =
-        ListWorkers(cluster->control_address_, v1::WORKER_ROLE_UNSPECIFIED,
-                    absl::Seconds(2));
+    absl::StatusOr<v1::ListWorkersResponse> listed = ListWorkers(
+        control_address_, v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(2));
     size_t serving = 0;
     if (listed.ok()) {
       for (const v1::WorkerInfo& w : listed->workers()) {
-        serving += w.state() == v1::WORKER_STATE_SERVING;
+        serving +=
+            w.state() == v1::WORKER_STATE_SERVING &&
+            std::find(names.begin(), names.end(), w.worker_id()) != names.end();
       }
     }
-    if (serving == expected) break;
+    if (serving == names.size()) return absl::OkStatus();
     if (absl::Now() >= give_up) {
       return absl::DeadlineExceededError(
-          absl::StrCat("only ", serving, " of ", expected,
+          absl::StrCat("only ", serving, " of ", names.size(),
                        " workers registered as SERVING in time; logs in ",
-                       options.work_dir));
+                       options_.work_dir));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return cluster;
+}
+
+absl::Status LocalCluster::Restart(const std::string& name,
+                                   absl::Duration timeout) {
+  LocalProcess* old = Find(name);
+  if (old == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no process named '", name, "' to restart"));
+  }
+  if (old->process->running()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " is still running"));
+  }
+  (void)old->process->Wait(absl::ZeroDuration());
+  const absl::Time give_up = absl::Now() + timeout;
+  const bool router = old == &processes_[0];
+  std::vector<std::string> args = old->args;
+  if (router) {
+    // The same addresses (the ones port 0 picked), so that clients and
+    // workers find the new router where the old one was.
+    for (std::string& arg : args) {
+      if (absl::StartsWith(arg, "--listen=")) {
+        arg = absl::StrCat("--listen=", old->address);
+      } else if (absl::StartsWith(arg, "--control_listen=")) {
+        arg = absl::StrCat("--control_listen=", control_address_);
+      } else if (absl::StartsWith(arg, "--http_listen=") &&
+                 !http_url_.empty()) {
+        arg = absl::StrCat("--http_listen=",
+                           absl::StripPrefix(http_url_, "http://"));
+      }
+    }
+  }
+  PD_ASSIGN_OR_RETURN(LocalProcess fresh,
+                      Launch(name, old->binary, args, give_up));
+  fresh.args = old->args;
+  *old = std::move(fresh);
+  if (!router) return AwaitServing({name}, give_up);
+  // Every worker still running registers with the new router.
+  std::vector<std::string> workers;
+  for (size_t i = 1; i < processes_.size(); ++i) {
+    if (processes_[i].process->running()) {
+      workers.push_back(processes_[i].name);
+    }
+  }
+  return AwaitServing(workers, give_up);
 }
 
 absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
@@ -179,6 +238,8 @@ absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
                                                   std::vector<int>* ports) {
   LocalProcess local;
   local.name = name;
+  local.binary = binary;
+  local.args = args;
   local.log_path = absl::StrCat(options_.work_dir, "/", name, ".log");
   const std::string port_file =
       absl::StrCat(options_.work_dir, "/", name, ".port");

@@ -12,6 +12,7 @@
 #ifndef PDSERVE_CLI_LOCAL_CLUSTER_H_
 #define PDSERVE_CLI_LOCAL_CLUSTER_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ struct LocalClusterOptions {
   // --kv_cache_mb=64, --routing_policy=round_robin).
   std::vector<std::string> router_args;
   std::vector<std::string> worker_args;
+  // Extra flags for one process, by name ("prefill-0"), after the above
+  // (tests: faults injected into one worker only).
+  std::map<std::string, std::vector<std::string>> process_args;
   // Per-process logs (NAME.log) and port files go here; must exist.
   std::string work_dir;
   absl::Duration lease = absl::Seconds(3);
@@ -54,6 +58,9 @@ struct LocalProcess {
   std::string address;  // host:port it serves gRPC on.
   std::string log_path;
   std::unique_ptr<Subprocess> process;
+  // How it was started (for Restart).
+  std::string binary;
+  std::vector<std::string> args;
 };
 
 class LocalCluster {
@@ -77,6 +84,13 @@ class LocalCluster {
   // The process named `name`, or nullptr.
   LocalProcess* Find(const std::string& name);
 
+  // Starts process `name` again with its original flags, once its previous
+  // process has exited (killed or drained), and waits until the router lists
+  // it as SERVING. The router comes back on the same addresses, and the
+  // wait is for every running worker to register with it again.
+  // FAILED_PRECONDITION while the old one still runs.
+  absl::Status Restart(const std::string& name, absl::Duration timeout);
+
   // SIGTERM to workers (they drain and deregister), then the router; each
   // gets `grace` before SIGKILL. Errors list every process that did not
   // exit cleanly (code 0) or had already died.
@@ -92,6 +106,9 @@ class LocalCluster {
                                       std::vector<std::string> args,
                                       absl::Time give_up,
                                       std::vector<int>* ports = nullptr);
+  // Waits until the router lists every worker in `names` as SERVING.
+  absl::Status AwaitServing(const std::vector<std::string>& names,
+                            absl::Time give_up);
 
   LocalClusterOptions options_;
   std::vector<LocalProcess> processes_;

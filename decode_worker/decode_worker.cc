@@ -128,8 +128,7 @@ void DecodeWorker::SweepLoop() {
       absl::MutexLock lock(&mu_);
       for (const std::string& id : expired) transfers_.erase(id);
       for (auto it = transfers_.begin(); it != transfers_.end();) {
-        if (it->second.verified &&
-            now - it->second.verified_at > options_.admission_ttl) {
+        if (it->second.verified && now > it->second.expires) {
           PD_LOG(WARNING) << "transfer " << it->first << " of request "
                           << it->second.request_id
                           << " was never decoded; freeing its blocks";
@@ -182,14 +181,17 @@ absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
     }
   }
   std::vector<int32_t> tokens = engine::ToTokens(request.token_ids());
-  PD_ASSIGN_OR_RETURN(v1::KvTransferTarget target,
-                      admissions->Admit(request.request_id(), request.attempt(),
-                                        tokens, absl::Now()));
+  PD_ASSIGN_OR_RETURN(
+      v1::KvTransferTarget target,
+      admissions->Admit(request.request_id(), request.attempt(), tokens,
+                        absl::Now(),
+                        absl::Milliseconds(request.reservation_timeout_ms())));
   Transfer transfer;
   transfer.request_id = request.request_id();
   transfer.attempt = request.attempt();
   transfer.tokens = std::move(tokens);
   transfer.num_prompt_tokens = request.num_prompt_tokens();
+  transfer.expires = absl::Now() + absl::Milliseconds(target.expires_in_ms());
   {
     absl::MutexLock lock(&mu_);
     transfers_[target.transfer_id()] = std::move(transfer);
@@ -223,6 +225,7 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
   if (!verified.ok()) {
     PD_LOG(WARNING) << "transfer " << notice.transfer_id() << " of request "
                     << notice.request_id() << " refused: " << verified;
+    ++refused_transfers_;
     admissions_
         ->Release(notice.transfer_id(), /*writes_quiesced=*/true, absl::Now())
         .IgnoreError();
@@ -241,7 +244,6 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
     } else {
       it->second.verified = true;
       it->second.reservation = reservation;
-      it->second.verified_at = absl::Now();
     }
   }
   if (released) {
@@ -409,14 +411,30 @@ void DecodeWorker::OnOutput(const std::shared_ptr<Decode>& decode,
 v1::ReleaseResponse DecodeWorker::Release(const v1::ReleaseRequest& request) {
   v1::ReleaseResponse response;
   std::optional<int64_t> verified;
+  KvAdmissions* admissions;
   {
     absl::MutexLock lock(&mu_);
+    admissions = admissions_.get();
     auto it = transfers_.find(request.transfer_id());
-    if (it == transfers_.end()) return response;
-    if (it->second.verified) verified = it->second.reservation;
-    transfers_.erase(it);
+    if (it == transfers_.end()) {
+      admissions = request.writes_quiesced() ? admissions : nullptr;
+    } else {
+      if (it->second.verified) verified = it->second.reservation;
+      transfers_.erase(it);
+      response.set_found(true);
+    }
   }
-  response.set_found(true);
+  if (!response.found()) {
+    // Already released (say by the router, which cannot know whether a
+    // write may still land), but its blocks may be in quarantine: the
+    // writer saying its writes are over frees them. Outside mu_: freeing
+    // takes the engine's lock.
+    if (admissions != nullptr) {
+      response.set_found(
+          admissions->Release(request.transfer_id(), true, absl::Now()).ok());
+    }
+    return response;
+  }
   if (verified.has_value()) {
     engine_->ReleaseTransfer(*verified);
   } else {
@@ -493,6 +511,8 @@ v1::WorkerLoad DecodeWorker::Load() {
   load.set_total_kv_blocks(kv.total_blocks);
   load.set_reserved_kv_blocks(admitted.reserved_blocks +
                               admitted.quarantined_blocks);
+  load.set_quarantined_kv_blocks(admitted.quarantined_blocks);
+  load.set_failed_kv_transfers(refused_transfers_ + admitted.expired);
   load.set_inflight_transfers(admitted.admissions);
   absl::MutexLock lock(&mu_);
   load.set_running_sequences(decodes_.size());

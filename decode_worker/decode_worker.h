@@ -122,7 +122,9 @@ class DecodeWorker {
     uint32_t num_prompt_tokens = 0;
     bool verified = false;
     int64_t reservation = 0;  // the engine's id, once verified
-    absl::Time verified_at;
+    // The admission's deadline: verified KV nobody started decoding by
+    // then is freed (the router that asked for it is gone).
+    absl::Time expires;
   };
   // A StartDecode in progress; shared by the engine callback and the map
   // Cancel looks in (the callback may fire before the map entry exists).
@@ -158,6 +160,8 @@ class DecodeWorker {
   std::unique_ptr<KvAdmissions> admissions_;
 
   std::atomic<bool> draining_{false};
+  // Transfers whose completion notice failed verification.
+  std::atomic<uint64_t> refused_transfers_{0};
   absl::Notification stop_;
   std::thread engine_thread_;
   std::thread sweep_thread_;

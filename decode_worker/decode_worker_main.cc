@@ -25,7 +25,11 @@
 ABSL_FLAG(bool, colocated, false,
           "serve whole requests (prefill and decode) as a BOTH worker");
 ABSL_FLAG(int32_t, admission_ttl_ms, 120000,
-          "how long blocks reserved for a transfer wait for it");
+          "how long blocks reserved for a transfer wait for it, at most "
+          "(the router asks for the request's remaining time)");
+ABSL_FLAG(int32_t, kv_quarantine_ms, 10000,
+          "how long blocks of a transfer whose writer may still be writing "
+          "stay unused after the transfer's deadline");
 
 namespace pdserve::decode_worker {
 namespace {
@@ -40,6 +44,8 @@ int Run() {
   options.engine = engine::EngineOptionsFromFlags();
   options.admission_ttl =
       absl::Milliseconds(absl::GetFlag(FLAGS_admission_ttl_ms));
+  options.quarantine =
+      absl::Milliseconds(absl::GetFlag(FLAGS_kv_quarantine_ms));
   absl::StatusOr<kv_transfer::KvTransportConfig> transport =
       rpc::KvTransportFromFlags(options.worker_id);
   if (!transport.ok()) {

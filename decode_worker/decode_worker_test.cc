@@ -60,6 +60,13 @@ class DirectCompleter : public prefill_worker::TransferCompleter {
     }
     return decode->CompleteTransfer(sent).status();
   }
+  void Release(const std::string& notify_address,
+               const v1::ReleaseRequest& release) override {
+    EXPECT_EQ(notify_address, kAddress);
+    if (DecodeWorker* decode = decode_.load(); decode != nullptr) {
+      decode->Release(release);
+    }
+  }
 
  private:
   std::atomic<DecodeWorker*> decode_{nullptr};

@@ -20,7 +20,12 @@ absl::StatusOr<std::unique_ptr<KvAdmissions>> KvAdmissions::Create(
 
 absl::StatusOr<v1::KvTransferTarget> KvAdmissions::Admit(
     const std::string& request_id, uint32_t attempt,
-    absl::Span<const int32_t> tokens, absl::Time now) {
+    absl::Span<const int32_t> tokens, absl::Time now,
+    absl::Duration time_to_live) {
+  if (time_to_live <= absl::ZeroDuration() ||
+      time_to_live > options_.time_to_live) {
+    time_to_live = options_.time_to_live;
+  }
   if (tokens.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", request_id, ": nothing to admit"));
@@ -42,7 +47,7 @@ absl::StatusOr<v1::KvTransferTarget> KvAdmissions::Admit(
   Admission admission;
   admission.handle = reserved->handle;
   admission.num_blocks = static_cast<int32_t>(reserved->blocks.size());
-  admission.expires = now + options_.time_to_live;
+  admission.expires = now + time_to_live;
   admission.attempt = attempt;
   v1::KvTransferTarget& target = admission.target;
   target.set_request_id(request_id);
@@ -54,7 +59,7 @@ absl::StatusOr<v1::KvTransferTarget> KvAdmissions::Admit(
   target.set_num_tokens(static_cast<uint32_t>(tokens.size()));
   target.set_first_token_position(reserved->cached_tokens);
   target.set_expires_in_ms(
-      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.time_to_live)));
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(time_to_live)));
   absl::MutexLock lock(&mutex_);
   target.set_transfer_id(
       absl::StrCat(options_.worker_id, "/", next_transfer_++));
@@ -93,15 +98,22 @@ absl::Status KvAdmissions::Release(const std::string& transfer_id,
     absl::MutexLock lock(&mutex_);
     auto it = admissions_.find(transfer_id);
     if (it == admissions_.end()) {
-      return absl::NotFoundError(absl::StrCat("no admission ", transfer_id));
-    }
-    if (!writes_quiesced) {
-      QuarantineLocked(it->second, now);
+      auto q = std::find_if(
+          quarantine_.begin(), quarantine_.end(),
+          [&](const Quarantined& q) { return q.transfer_id == transfer_id; });
+      if (!writes_quiesced || q == quarantine_.end()) {
+        return absl::NotFoundError(absl::StrCat("no admission ", transfer_id));
+      }
+      handle = q->handle;
+      quarantine_.erase(q);
+    } else if (!writes_quiesced) {
+      QuarantineLocked(transfer_id, it->second, now);
       admissions_.erase(it);
       return absl::OkStatus();
+    } else {
+      handle = it->second.handle;
+      admissions_.erase(it);
     }
-    handle = it->second.handle;
-    admissions_.erase(it);
   }
   reserver_->Free(handle);
   return absl::OkStatus();
@@ -127,10 +139,11 @@ int KvAdmissions::ReleaseRequest(const std::string& request_id,
   return released;
 }
 
-void KvAdmissions::QuarantineLocked(const Admission& admission,
+void KvAdmissions::QuarantineLocked(const std::string& transfer_id,
+                                    const Admission& admission,
                                     absl::Time now) {
   quarantine_.push_back(
-      Quarantined{admission.handle, admission.num_blocks,
+      Quarantined{transfer_id, admission.handle, admission.num_blocks,
                   std::max(now, admission.expires) + options_.quarantine});
 }
 
@@ -142,7 +155,8 @@ std::vector<std::string> KvAdmissions::Expire(absl::Time now) {
     for (auto it = admissions_.begin(); it != admissions_.end();) {
       if (it->second.expires <= now) {
         expired.push_back(it->first);
-        QuarantineLocked(it->second, now);
+        ++expired_;
+        QuarantineLocked(it->first, it->second, now);
         admissions_.erase(it++);
       } else {
         ++it;
@@ -170,6 +184,7 @@ KvAdmissionStats KvAdmissions::stats() {
   absl::MutexLock lock(&mutex_);
   KvAdmissionStats stats;
   stats.admissions = static_cast<int32_t>(admissions_.size());
+  stats.expired = expired_;
   for (const auto& [id, a] : admissions_) {
     stats.reserved_blocks += a.num_blocks;
   }

@@ -15,7 +15,9 @@
 // own time to live has run out: writers cap their deadline at the target's
 // expires_in_ms (KvTransferWriter), so by then any write from a dead or
 // stalled writer has failed, and a late write can never corrupt another
-// request.
+// request. A writer that has seen all its writes finish says so
+// (Release with writes_quiesced), which frees the blocks at once, also
+// when they are already in quarantine.
 // Nothing is ever stranded: Expire() is the backstop for every path.
 //
 // Blocks come from a KvReserver: the decode engine's KV cache in the worker
@@ -73,7 +75,8 @@ struct KvAdmissionsOptions {
   // The decode pool's layout (num_blocks set) and its exported region.
   v1::KvLayout layout;
   v1::MemoryRegionDescriptor region;
-  // An admission whose transfer is not complete by then is expired.
+  // An admission whose transfer is not complete by then is expired (the
+  // most an Admit may ask for; see Admit's time_to_live).
   absl::Duration time_to_live = absl::Seconds(30);
   // How long blocks possibly still being written wait before reuse.
   absl::Duration quarantine = absl::Seconds(10);
@@ -83,6 +86,8 @@ struct KvAdmissionStats {
   int32_t admissions = 0;       // Reserved, not yet claimed or released.
   int32_t reserved_blocks = 0;  // Held by those admissions.
   int32_t quarantined_blocks = 0;
+  // Since creation: admissions whose transfer never completed in time.
+  uint64_t expired = 0;
 };
 
 class KvAdmissions {
@@ -92,13 +97,16 @@ class KvAdmissions {
       const KvAdmissionsOptions& options, KvReserver* reserver);
 
   // Reserves blocks for the KV of `tokens` of `request_id`; the target's
-  // first_token_position skips what the reserver found cached.
+  // first_token_position skips what the reserver found cached. The
+  // transfer must complete within `time_to_live` (capped at the options';
+  // zero: the options') — the request's own deadline, so a failed writer
+  // never holds blocks longer than the request could use them.
   // INVALID_ARGUMENT for no tokens or more than the pool holds;
   // RESOURCE_EXHAUSTED when the blocks are not free now.
-  absl::StatusOr<v1::KvTransferTarget> Admit(const std::string& request_id,
-                                             uint32_t attempt,
-                                             absl::Span<const int32_t> tokens,
-                                             absl::Time now);
+  absl::StatusOr<v1::KvTransferTarget> Admit(
+      const std::string& request_id, uint32_t attempt,
+      absl::Span<const int32_t> tokens, absl::Time now,
+      absl::Duration time_to_live = absl::ZeroDuration());
 
   // The target issued for `transfer_id` (to verify its completion notice).
   absl::StatusOr<v1::KvTransferTarget> Find(const std::string& transfer_id);
@@ -108,7 +116,8 @@ class KvAdmissions {
   // when unknown, expired or released.
   absl::StatusOr<int64_t> Claim(const std::string& transfer_id);
 
-  // Ends an admission without decoding. NOT_FOUND when unknown.
+  // Ends an admission without decoding. NOT_FOUND when unknown. With
+  // writes_quiesced, a transfer already in quarantine is freed too.
   absl::Status Release(const std::string& transfer_id, bool writes_quiesced,
                        absl::Time now);
 
@@ -134,6 +143,7 @@ class KvAdmissions {
     absl::Time expires;
   };
   struct Quarantined {
+    std::string transfer_id;
     int64_t handle = 0;
     int32_t num_blocks = 0;
     absl::Time until;
@@ -142,7 +152,8 @@ class KvAdmissions {
   KvAdmissions(const KvAdmissionsOptions& options, KvReserver* reserver)
       : options_(options), reserver_(reserver) {}
 
-  void QuarantineLocked(const Admission& admission, absl::Time now)
+  void QuarantineLocked(const std::string& transfer_id,
+                        const Admission& admission, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const KvAdmissionsOptions options_;
@@ -152,6 +163,7 @@ class KvAdmissions {
       ABSL_GUARDED_BY(mutex_);
   std::vector<Quarantined> quarantine_ ABSL_GUARDED_BY(mutex_);
   uint64_t next_transfer_ ABSL_GUARDED_BY(mutex_) = 1;
+  uint64_t expired_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace pdserve::decode_worker

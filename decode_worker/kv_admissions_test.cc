@@ -146,6 +146,37 @@ TEST_F(KvAdmissionsTest, ReleaseFreesAtOnceOnlyWhenNoWriteCanLand) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(KvAdmissionsTest, WriterSayingItsWritesAreOverEndsTheQuarantine) {
+  auto target = *admissions_->Admit("failed", 1, Tokens(32), kNow);
+  // The router cannot know whether a write may still land...
+  ASSERT_TRUE(admissions_->Release(target.transfer_id(), false, kNow).ok());
+  EXPECT_EQ(admissions_->stats().quarantined_blocks, 2);
+  // ...the writer can, once all its writes have finished.
+  ASSERT_TRUE(admissions_->Release(target.transfer_id(), true, kNow).ok());
+  EXPECT_EQ(admissions_->stats().quarantined_blocks, 0);
+  EXPECT_EQ(pool_->num_free(), 10);
+  EXPECT_EQ(admissions_->Release(target.transfer_id(), true, kNow).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(KvAdmissionsTest, AnAdmissionLivesAsLongAsItsRequestAsks) {
+  // Asked for 5 s (the request's deadline), granted 5 s; asking for more
+  // than the worker's maximum (30 s) gets the maximum.
+  auto short_lived =
+      *admissions_->Admit("short", 1, Tokens(16), kNow, absl::Seconds(5));
+  EXPECT_EQ(short_lived.expires_in_ms(), 5000u);
+  auto capped =
+      *admissions_->Admit("capped", 1, Tokens(16), kNow, absl::Hours(1));
+  EXPECT_EQ(capped.expires_in_ms(), 30000u);
+  EXPECT_EQ(admissions_->Expire(kNow + absl::Seconds(5)),
+            std::vector<std::string>{short_lived.transfer_id()});
+  EXPECT_EQ(admissions_->stats().expired, 1u);
+  // Quarantined until its own end plus the quarantine (10 s).
+  admissions_->Expire(kNow + absl::Seconds(15));
+  EXPECT_EQ(admissions_->stats().quarantined_blocks, 0);
+  EXPECT_EQ(pool_->num_free(), 9);
+}
+
 TEST_F(KvAdmissionsTest, UncompletedAdmissionsExpireThroughQuarantine) {
   auto target = *admissions_->Admit("slow", 1, Tokens(64), kNow);
   EXPECT_TRUE(admissions_->Expire(kNow + absl::Seconds(29)).empty());

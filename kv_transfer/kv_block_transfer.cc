@@ -180,7 +180,7 @@ KvTransferWriter::KvTransferWriter(KvTransferWriterOptions options,
                                            options_.target.expires_in_ms()))) {}
 
 KvTransferWriter::~KvTransferWriter() {
-  if (!finished_) Abort();
+  if (!finished_ || !pending_.empty()) Abort();
 }
 
 absl::Status KvTransferWriter::WriteLayer(uint32_t layer) {
@@ -213,7 +213,17 @@ absl::Status KvTransferWriter::WriteLayer(uint32_t layer) {
                                     options_.local_block_ids, layer, range_);
   layer_written_[layer] = true;
   if (request.extents.empty()) return absl::OkStatus();  // Fully cached.
-  if (first_post_ == absl::InfiniteFuture()) first_post_ = absl::Now();
+  const absl::Time now = absl::Now();
+  if (now >= deadline_) {
+    // Never post past the deadline: the decode worker may have reused the
+    // blocks, and a transport may close the whole connection to stop an
+    // overdue write, failing other transfers with it.
+    Fail(absl::DeadlineExceededError(
+        "the deadline (or the decode worker's reservation) passed before "
+        "the KV was written"));
+    return failure_;
+  }
+  if (first_post_ == absl::InfiniteFuture()) first_post_ = now;
   absl::StatusOr<OperationId> op = options_.transport->PostWrite(request);
   if (!op.ok()) {
     Fail(op.status());
@@ -279,7 +289,28 @@ void KvTransferWriter::Fail(const absl::Status& status) {
         status.code(), absl::StrCat("transfer ", options_.target.transfer_id(),
                                     ": ", status.message()));
   }
-  Abort();
+  finished_ = true;
+}
+
+bool KvTransferWriter::Quiesce(absl::Time deadline) {
+  finished_ = true;
+  if (failure_.ok()) {
+    failure_ = absl::AbortedError(absl::StrCat(
+        "transfer ", options_.target.transfer_id(), " was aborted"));
+  }
+  while (!pending_.empty()) {
+    // Wait() forgets a finished operation, whatever its status; only one
+    // still running at the deadline answers DEADLINE_EXCEEDED and stays.
+    const absl::Status status =
+        options_.transport->Wait(pending_.back(), deadline);
+    if (status.code() == absl::StatusCode::kDeadlineExceeded &&
+        absl::Now() >= deadline) {
+      Abort();
+      return false;
+    }
+    pending_.pop_back();
+  }
+  return true;
 }
 
 void KvTransferWriter::Abort() {

@@ -104,12 +104,20 @@ class KvTransferWriter {
   // After Abort (or any failure) WriteLayer and Finish refuse to continue.
   void Abort();
 
+  // Stops the transfer (like Abort) but, instead of cancelling, waits until
+  // every write posted so far has finished, however it ended. True when
+  // none is still running at `deadline`: nothing of this transfer can land
+  // any more, so the decode worker may reuse its blocks at once
+  // (writes_quiesced = true). False: the rest is cancelled as by Abort.
+  bool Quiesce(absl::Time deadline);
+
   uint64_t bytes_posted() const { return bytes_posted_; }
 
  private:
   KvTransferWriter(KvTransferWriterOptions options, KvGeometry local,
                    KvGeometry remote);
-  // Records the first failure (prefixed with the transfer id) and aborts.
+  // Records the first failure (prefixed with the transfer id) and stops
+  // posting; writes already posted keep running until Quiesce or Abort.
   void Fail(const absl::Status& status);
 
   const KvTransferWriterOptions options_;

@@ -5,7 +5,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "kv_transfer/in_process_transport.h"
@@ -78,6 +80,34 @@ absl::StatusOr<v1::TransportKind> ParseTransportKind(absl::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown KV transport '", name, "' (use ucx, nccl or in_process)"));
+}
+
+absl::StatusOr<TransportFaults> ParseTransportFaults(absl::string_view spec) {
+  TransportFaults faults;
+  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const std::string& name = kv.first;
+    uint64_t number = 0;
+    const bool has_number = absl::SimpleAtoi(kv.second, &number);
+    if (name == "drop_writes" && kv.second.empty()) {
+      faults.drop_writes = true;
+    } else if (name == "drop_notices" && kv.second.empty()) {
+      faults.drop_notices = true;
+    } else if (name == "corrupt_writes" && kv.second.empty()) {
+      faults.corrupt_writes = true;
+    } else if (name == "delay_ms" && has_number) {
+      faults.delay = absl::Milliseconds(number);
+    } else if (name == "fail_after_bytes" && has_number) {
+      faults.fail_after_bytes = number;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad KV transport fault '", item,
+          "' (use drop_writes, drop_notices, corrupt_writes, delay_ms=N, "
+          "fail_after_bytes=N)"));
+    }
+  }
+  return faults;
 }
 
 }  // namespace pdserve::kv_transfer

@@ -43,6 +43,11 @@ absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(
 // INVALID_ARGUMENT listing the accepted names otherwise.
 absl::StatusOr<v1::TransportKind> ParseTransportKind(absl::string_view name);
 
+// Test faults from a comma-separated list: drop_writes, drop_notices,
+// corrupt_writes, delay_ms=N, fail_after_bytes=N (see TransportFaults).
+// INVALID_ARGUMENT naming the bad item.
+absl::StatusOr<TransportFaults> ParseTransportFaults(absl::string_view spec);
+
 // For backend libraries: makes `kind` available to CreateKvTransport.
 using KvTransportFactory =
     std::function<absl::StatusOr<std::unique_ptr<KvTransport>>(

@@ -53,5 +53,25 @@ TEST(TransportFactoryTest, WrapsInFaultInjectionWhenAsked) {
   EXPECT_EQ((*transport)->kind(), v1::TRANSPORT_KIND_IN_PROCESS);
 }
 
+TEST(TransportFactoryTest, ParsesFaultLists) {
+  absl::StatusOr<TransportFaults> faults =
+      ParseTransportFaults("corrupt_writes,delay_ms=250,fail_after_bytes=4096");
+  ASSERT_TRUE(faults.ok()) << faults.status();
+  EXPECT_TRUE(faults->corrupt_writes);
+  EXPECT_FALSE(faults->drop_writes);
+  EXPECT_FALSE(faults->drop_notices);
+  EXPECT_EQ(faults->delay, absl::Milliseconds(250));
+  EXPECT_EQ(faults->fail_after_bytes, 4096u);
+  EXPECT_TRUE(ParseTransportFaults("drop_writes")->drop_writes);
+  EXPECT_TRUE(ParseTransportFaults("drop_notices")->drop_notices);
+  EXPECT_FALSE(ParseTransportFaults("")->fail_after_bytes.has_value());
+  for (const char* bad :
+       {"delay_ms", "delay_ms=soon", "drop_writes=1", "melt_cables"}) {
+    const absl::Status status = ParseTransportFaults(bad).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(bad));
+  }
+}
+
 }  // namespace
 }  // namespace pdserve::kv_transfer

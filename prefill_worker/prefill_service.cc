@@ -3,15 +3,40 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "rpc/status_conversion.h"
 #include "rpc/unary.h"
 
 namespace pdserve::prefill_worker {
 
+namespace {
+
+// A Prefill call whose caller may go away (a router that died or gave up):
+// its prompt is then dropped from the queue or the batch, and the decode
+// worker's blocks are given back, instead of being computed for nobody.
+class PrefillReactor final : public grpc::ServerUnaryReactor {
+ public:
+  PrefillReactor(PrefillWorker* worker, const v1::PrefillRequest& request)
+      : worker_(worker) {
+    cancel_.set_request_id(request.request_id());
+    cancel_.set_attempt(request.attempt());
+    cancel_.set_reason(v1::CANCEL_REASON_CLIENT);
+    cancel_.set_detail("the Prefill call was cancelled");
+  }
+  void OnCancel() override { worker_->Cancel(cancel_); }
+  void OnDone() override { delete this; }
+
+ private:
+  PrefillWorker* const worker_;
+  v1::CancelRequest cancel_;
+};
+
+}  // namespace
+
 grpc::ServerUnaryReactor* PrefillService::Prefill(
     grpc::CallbackServerContext* context, const v1::PrefillRequest* request,
     v1::PrefillResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new PrefillReactor(worker_, *request);
   const absl::Time deadline =
       context->deadline() == std::chrono::system_clock::time_point::max()
           ? absl::InfiniteFuture()
@@ -43,6 +68,20 @@ absl::Status GrpcTransferCompleter::Complete(
   return rpc::FromGrpcStatus(
       stubs_.Get(notify_address)
           ->CompleteTransfer(&context, notice, &response));
+}
+
+void GrpcTransferCompleter::Release(const std::string& notify_address,
+                                    const v1::ReleaseRequest& release) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  v1::ReleaseResponse ignored;
+  const grpc::Status status =
+      stubs_.Get(notify_address)->Release(&context, release, &ignored);
+  if (!status.ok()) {
+    PD_LOG(WARNING) << "could not give transfer " << release.transfer_id()
+                    << " back to " << notify_address << ": "
+                    << status.error_message();
+  }
 }
 
 }  // namespace pdserve::prefill_worker

@@ -40,6 +40,8 @@ class GrpcTransferCompleter : public TransferCompleter {
   absl::Status Complete(const std::string& notify_address,
                         const v1::KvTransferComplete& notice,
                         absl::Time deadline) override;
+  void Release(const std::string& notify_address,
+               const v1::ReleaseRequest& release) override;
 
  private:
   rpc::StubCache<v1::DecodeWorker> stubs_;

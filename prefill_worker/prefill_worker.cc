@@ -13,6 +13,13 @@
 #include "kv_transfer/kv_block_transfer.h"
 
 namespace pdserve::prefill_worker {
+namespace {
+
+// How long a failed transfer's posted writes get to finish before the
+// decode worker is left to quarantine its blocks.
+constexpr absl::Duration kQuiesceTimeout = absl::Seconds(2);
+
+}  // namespace
 
 struct PrefillWorker::Job {
   v1::PrefillRequest request;
@@ -28,6 +35,9 @@ struct PrefillWorker::Job {
   std::unique_ptr<kv_transfer::KvTransferWriter> writer;
   // A failed layer write; the job fails after its pass.
   absl::Status write_error;
+  // Set when the job failed; the finisher stops its writes, gives the
+  // decode worker's blocks back and answers with it.
+  absl::Status failure;
   int32_t cached = 0;
   absl::Time received;
   absl::Time started;
@@ -105,7 +115,15 @@ void PrefillWorker::BeginDrain() { draining_ = true; }
 
 absl::Status PrefillWorker::Prefill(const v1::PrefillRequest& request,
                                     absl::Time deadline, PrefillDone done) {
-  if (draining_) return absl::UnavailableError("prefill worker is draining");
+  if (draining_) {
+    // Refused before any write: the decode worker's blocks are free again
+    // at once (the router cannot tell a refusal from a crash).
+    if (request.has_target()) {
+      ReleaseTarget(request.target(), request.request_id(),
+                    "prefill worker is draining");
+    }
+    return absl::UnavailableError("prefill worker is draining");
+  }
   auto job = std::make_unique<Job>();
   job->tokens = engine::ToTokens(request.prompt_token_ids());
   if (job->tokens.empty()) {
@@ -189,19 +207,24 @@ v1::CancelResponse PrefillWorker::Cancel(const v1::CancelRequest& request) {
 
 void PrefillWorker::FailJob(std::unique_ptr<Job> job,
                             const absl::Status& status) {
-  if (job->writer != nullptr) {
-    job->writer->Abort();
-    job->writer.reset();
-  }
-  if (job->in_runner) runner_->Release(job->seq);
-  {
-    absl::MutexLock lock(&mu_);
-    --inflight_;
-    if (job->sampled == absl::Time()) queued_tokens_ -= job->tokens.size();
-  }
-  job->done(absl::Status(
+  job->failure = absl::Status(
       status.code(), absl::StrCat("request ", job->request.request_id(), ": ",
-                                  status.message())));
+                                  status.message()));
+  absl::MutexLock lock(&mu_);
+  if (job->sampled == absl::Time()) queued_tokens_ -= job->tokens.size();
+  if (!job->request.has_target() || stop_) {
+    // Nothing held on a decode worker (or no finisher left to tell it):
+    // answer now.
+    --inflight_;
+    if (job->in_runner) to_release_.push_back(job->seq);
+    job->writer.reset();  // Aborts what is in flight.
+    job->done(job->failure);
+    return;
+  }
+  // The finisher waits for the writes already posted and frees the decode
+  // worker's blocks before answering (see Finish).
+  finishing_.push_back(std::move(job));
+  finisher_wake_.Signal();
 }
 
 void PrefillWorker::AdmitJobs(int32_t* budget) {
@@ -298,6 +321,19 @@ void PrefillWorker::SchedulerLoop() {
       cancels.swap(cancels_);
     }
     for (engine::SeqId seq : releases) runner_->Release(seq);
+    // A prompt whose deadline (or target reservation) passed mid-way is
+    // not worth another pass: its KV could no longer be written.
+    const absl::Time now = absl::Now();
+    for (auto& job : active_) {
+      if (now > std::min(job->deadline, job->transfer_deadline)) {
+        FailJob(std::move(job),
+                absl::DeadlineExceededError(
+                    "deadline (or the decode worker's reservation) passed "
+                    "during prefill"));
+      }
+    }
+    active_.erase(std::remove(active_.begin(), active_.end(), nullptr),
+                  active_.end());
     if (!cancels.empty()) {
       auto matches = [&](const Job& job) {
         for (const auto& [id, attempt] : cancels) {
@@ -462,8 +498,8 @@ void PrefillWorker::FinisherLoop() {
 }
 
 void PrefillWorker::Finish(std::unique_ptr<Job> job) {
-  absl::Status status;
-  if (job->writer != nullptr) {
+  absl::Status status = job->failure;
+  if (status.ok() && job->writer != nullptr) {
     absl::StatusOr<v1::KvTransferComplete> notice = job->writer->Finish();
     if (notice.ok()) {
       job->response.set_kv_bytes_sent(notice->bytes_written());
@@ -481,23 +517,52 @@ void PrefillWorker::Finish(std::unique_ptr<Job> job) {
         absl::ToDoubleMilliseconds(done - job->first_post));
     job->response.mutable_timing()->set_transfer_tail_ms(
         absl::ToDoubleMilliseconds(done - job->sampled));
-    job->writer.reset();
+    if (!status.ok()) {
+      status = absl::Status(
+          status.code(),
+          absl::StrCat("request ", job->request.request_id(),
+                       ": KV transfer failed: ", status.message()));
+    }
   }
+  if (!status.ok() && job->request.has_target()) GiveBackTarget(*job, status);
+  job->writer.reset();
   {
     absl::MutexLock lock(&mu_);
     // The source blocks may be reused only now that no write reads them.
-    to_release_.push_back(job->seq);
+    if (job->in_runner) to_release_.push_back(job->seq);
     --inflight_;
     wake_.SignalAll();
   }
   if (status.ok()) {
     job->done(std::move(job->response));
   } else {
-    job->done(
-        absl::Status(status.code(),
-                     absl::StrCat("request ", job->request.request_id(),
-                                  ": KV transfer failed: ", status.message())));
+    job->done(status);
   }
+}
+
+void PrefillWorker::GiveBackTarget(Job& job, const absl::Status& why) {
+  // Once every write posted for it has finished, nothing can land in the
+  // target's blocks any more: the decode worker may reuse them at once
+  // instead of quarantining them until the admission expires. Told before
+  // the router hears of the failure, so its own (quarantining) release
+  // finds nothing left to do.
+  const bool quiesced = job.writer == nullptr ||
+                        job.writer->Quiesce(absl::Now() + kQuiesceTimeout);
+  if (quiesced) {
+    ReleaseTarget(job.request.target(), job.request.request_id(),
+                  why.message());
+  }
+}
+
+void PrefillWorker::ReleaseTarget(const v1::KvTransferTarget& target,
+                                  const std::string& request_id,
+                                  absl::string_view why) {
+  v1::ReleaseRequest release;
+  release.set_transfer_id(target.transfer_id());
+  release.set_request_id(request_id);
+  release.set_writes_quiesced(true);
+  release.set_reason(std::string(why));
+  completer_->Release(target.notify_address(), release);
 }
 
 v1::ModelInfo PrefillWorker::model_info() const {

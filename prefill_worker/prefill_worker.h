@@ -52,6 +52,10 @@ class TransferCompleter {
   virtual absl::Status Complete(const std::string& notify_address,
                                 const v1::KvTransferComplete& notice,
                                 absl::Time deadline) = 0;
+  // Gives an admission back to the decode worker (best effort, bounded):
+  // the transfer failed or was cancelled.
+  virtual void Release(const std::string& notify_address,
+                       const v1::ReleaseRequest& release) = 0;
 };
 
 struct PrefillWorkerOptions {
@@ -107,10 +111,19 @@ class PrefillWorker {
   void FinisherLoop();
   // Scheduler thread: moves queued jobs into the batch while blocks allow.
   void AdmitJobs(int32_t* budget);
-  // Scheduler thread: releases a job's sequence and answers it with
-  // `status` (non-OK).
+  // Scheduler thread: fails a job with `status` (non-OK). One holding
+  // blocks on a decode worker goes through a finisher (Finish), which
+  // waits for its writes and gives the blocks back before answering.
   void FailJob(std::unique_ptr<Job> job, const absl::Status& status);
+  // Finisher thread: completes (or, when it failed, winds up) a transfer,
+  // releases the job's sequence and answers.
   void Finish(std::unique_ptr<Job> job);
+  // Finisher thread: tells the decode worker that a failed job's target
+  // blocks can be reused, once none of its writes can land any more.
+  void GiveBackTarget(Job& job, const absl::Status& why);
+  // Tells the decode worker that no write to `target` can land any more.
+  void ReleaseTarget(const v1::KvTransferTarget& target,
+                     const std::string& request_id, absl::string_view why);
 
   const model::Model& model_;
   const PrefillWorkerOptions options_;

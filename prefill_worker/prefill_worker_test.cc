@@ -42,7 +42,14 @@ class NoCompleter : public TransferCompleter {
     ++calls;
     return absl::InternalError("no decode worker in this test");
   }
+  void Release(const std::string& notify_address,
+               const v1::ReleaseRequest& release) override {
+    ++releases;
+    quiesced_releases += release.writes_quiesced();
+  }
   std::atomic<int> calls{0};
+  std::atomic<int> releases{0};
+  std::atomic<int> quiesced_releases{0};
 };
 
 // One Prefill's answer. Shared with the callback so that an answer arriving
@@ -396,6 +403,10 @@ TEST_F(PrefillWorkerTest, TargetInAGonePeerFailsAndFreesBlocks) {
       << result.status();
   EXPECT_TRUE(Idle(*worker));
   EXPECT_EQ(completer_.calls, 0);
+  // No write can land after the failure, so the decode worker is told at
+  // once that the blocks are free again (no quarantine).
+  EXPECT_EQ(completer_.releases, 1);
+  EXPECT_EQ(completer_.quiesced_releases, 1);
 }
 
 TEST_F(PrefillWorkerTest, DrainRefusesNewWork) {

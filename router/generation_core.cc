@@ -40,19 +40,27 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 // A worker's error as the client should see it: its own code when it is
 // about the request (bad input, no room, deadline), UNAVAILABLE when the
 // worker failed.
-absl::Status WorkerError(absl::string_view what, const absl::Status& status) {
+// A worker's error as the request's: the request's own problems keep their
+// code; everything else is the worker failing (UNAVAILABLE: retried). A
+// DEADLINE_EXCEEDED before the request's deadline is the worker's (a KV
+// transfer that stalled past its reservation).
+absl::Status WorkerError(absl::string_view what, const absl::Status& status,
+                         absl::Time deadline) {
   switch (status.code()) {
+    case absl::StatusCode::kDeadlineExceeded:
+      if (absl::Now() < deadline) break;
+      [[fallthrough]];
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kCancelled:
       return absl::Status(status.code(),
                           absl::StrCat(what, ": ", status.message()));
     default:
-      return absl::UnavailableError(absl::StrCat(
-          what, " failed (", absl::StatusCodeToString(status.code()),
-          "): ", status.message()));
+      break;
   }
+  return absl::UnavailableError(
+      absl::StrCat(what, " failed (", absl::StatusCodeToString(status.code()),
+                   "): ", status.message()));
 }
 
 // Best-effort Cancel of one attempt of a request on a worker (DecodeWorker
@@ -90,6 +98,53 @@ class CancelScope {
   CancelToken* const token_;
   int id_ = 0;
 };
+
+// A blocking call to one worker, cut (TryCancel) if the worker loses its
+// lease while the call waits: a hung worker keeps its connection open and
+// would hold the request until its deadline.
+class GenerationCore::WorkerCall {
+ public:
+  WorkerCall(GenerationCore* core, const std::string& worker_id,
+             grpc::ClientContext* context)
+      : core_(core), worker_id_(worker_id), context_(context) {
+    absl::MutexLock lock(&core_->calls_mu_);
+    core_->calls_[worker_id_].insert(this);
+  }
+  ~WorkerCall() {
+    absl::MutexLock lock(&core_->calls_mu_);
+    auto it = core_->calls_.find(worker_id_);
+    it->second.erase(this);
+    if (it->second.empty()) core_->calls_.erase(it);
+  }
+  // Called with calls_mu_ held.
+  void Cut() {
+    lost_ = true;
+    context_->TryCancel();
+  }
+  // `status`, or UNAVAILABLE naming the worker when the call was cut.
+  absl::Status Check(absl::Status status) const {
+    if (!lost_) return status;
+    return absl::UnavailableError(absl::StrCat(
+        "worker ", worker_id_, " stopped answering (its lease ran out)"));
+  }
+
+ private:
+  GenerationCore* const core_;
+  const std::string worker_id_;
+  grpc::ClientContext* const context_;
+  std::atomic<bool> lost_{false};
+};
+
+void GenerationCore::WorkersLost(const std::vector<std::string>& worker_ids) {
+  absl::MutexLock lock(&calls_mu_);
+  for (const std::string& id : worker_ids) {
+    auto it = calls_.find(id);
+    if (it == calls_.end()) continue;
+    PD_LOG(WARNING) << "cutting " << it->second.size() << " call(s) to lost "
+                    << "worker " << id;
+    for (WorkerCall* call : it->second) call->Cut();
+  }
+}
 
 // One request's state while it runs: what the client asked for and what has
 // been sent, so chunks from the prefill and the decode worker become one
@@ -405,17 +460,18 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
     const Route route = policy_->Choose(prefill, decode, tokens.size(),
                                         decode.front().block_size);
     if (attempt == 1) state.set_routed(absl::Now());
-    std::string culprit;
+    // Workers this try's failure points at.
+    std::vector<std::string> culprits;
     absl::Status status;
     if (!route.prefill.has_value()) {
       status = RunLocal(request, tokens, decode[route.decode_order.front()],
-                        attempt, deadline, state, &culprit);
+                        attempt, deadline, state, &culprits);
     } else {
       std::vector<const WorkerView*> decode_order;
       for (size_t i : route.decode_order) decode_order.push_back(&decode[i]);
       status =
           RunDisaggregated(request, tokens, prefill[*route.prefill],
-                           decode_order, attempt, deadline, state, &culprit);
+                           decode_order, attempt, deadline, state, &culprits);
     }
     // Only a worker's failure is retried; the request's own errors, the
     // client going away and the deadline end it.
@@ -426,7 +482,7 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
     if (status.ok() || status.code() != absl::StatusCode::kUnavailable) {
       return status;
     }
-    if (!culprit.empty()) failed.insert(culprit);
+    failed.insert(culprits.begin(), culprits.end());
     const bool migrating = !state.sent().empty();
     const int limit =
         migrating ? options_.max_migrations : options_.max_prefill_retries;
@@ -487,6 +543,7 @@ absl::Status GenerationCore::StreamDecode(const WorkerView& worker,
   grpc::ClientContext context;
   SetDeadline(&context, deadline);
   CancelScope cancellable(state.cancel(), &context);
+  WorkerCall call(this, worker.worker_id, &context);
   std::unique_ptr<grpc::ClientReader<v1::DecodeChunk>> reader =
       DecodeStub(worker.address)->StartDecode(&context, start);
   v1::DecodeChunk chunk;
@@ -498,7 +555,7 @@ absl::Status GenerationCore::StreamDecode(const WorkerView& worker,
       break;
     }
   }
-  const absl::Status status = rpc::FromGrpcStatus(reader->Finish());
+  const absl::Status status = call.Check(rpc::FromGrpcStatus(reader->Finish()));
   if (state.client_gone() && !state.finished()) {
     CancelAttempt(DecodeStub(worker.address), start.request_id(),
                   start.attempt());
@@ -508,7 +565,8 @@ absl::Status GenerationCore::StreamDecode(const WorkerView& worker,
   // status says after it (a worker dying right then must not cause a retry).
   if (state.finished()) return absl::OkStatus();
   if (!status.ok()) {
-    return WorkerError(absl::StrCat("decode on ", worker.worker_id), status);
+    return WorkerError(absl::StrCat("decode on ", worker.worker_id), status,
+                       deadline);
   }
   if (!state.finished()) {
     return absl::UnavailableError(absl::StrCat(
@@ -521,7 +579,8 @@ absl::Status GenerationCore::RunLocal(const v1::GenerateRequest& request,
                                       const std::vector<int32_t>& tokens,
                                       const WorkerView& worker,
                                       uint32_t attempt, absl::Time deadline,
-                                      Request& state, std::string* culprit) {
+                                      Request& state,
+                                      std::vector<std::string>* culprits) {
   v1::StartDecodeRequest start;
   start.set_request_id(state.id());
   start.set_attempt(attempt);
@@ -534,7 +593,7 @@ absl::Status GenerationCore::RunLocal(const v1::GenerateRequest& request,
   AddOutstanding(worker.worker_id, tokens.size(), 0);
   absl::Status status = StreamDecode(worker, start, deadline, state);
   AddOutstanding(worker.worker_id, -static_cast<int64_t>(tokens.size()), 0);
-  if (!status.ok()) *culprit = worker.worker_id;
+  if (!status.ok()) culprits->push_back(worker.worker_id);
   return status;
 }
 
@@ -542,7 +601,7 @@ absl::Status GenerationCore::RunDisaggregated(
     const v1::GenerateRequest& request, const std::vector<int32_t>& tokens,
     const WorkerView& prefill, const std::vector<const WorkerView*>& decode,
     uint32_t attempt, absl::Time deadline, Request& state,
-    std::string* culprit) {
+    std::vector<std::string>* culprits) {
   // Tokens already sent (a migration): the prefill computes prompt + them
   // and samples the next one.
   const std::vector<uint32_t> replayed = state.sent();
@@ -565,8 +624,11 @@ absl::Status GenerationCore::RunDisaggregated(
     admit.add_writer_transports(kind);
   }
   admit.set_prefill_worker_id(prefill.worker_id);
-  admit.set_reservation_timeout_ms(
-      absl::ToInt64Milliseconds(options_.reservation_timeout));
+  // The blocks are useless after the request's deadline: a failed or hung
+  // prefill must not hold them longer.
+  admit.set_reservation_timeout_ms(absl::ToInt64Milliseconds(
+      std::clamp(deadline - absl::Now(), absl::Milliseconds(1),
+                 options_.reservation_timeout)));
   admit.set_priority(request.priority());
   const WorkerView* decoder = nullptr;
   v1::AdmitResponse admitted;
@@ -577,8 +639,9 @@ absl::Status GenerationCore::RunDisaggregated(
     grpc::ClientContext context;
     SetDeadline(&context, deadline);
     CancelScope cancellable(state.cancel(), &context);
-    const absl::Status s = rpc::FromGrpcStatus(
-        DecodeStub(candidate->address)->Admit(&context, admit, &admitted));
+    WorkerCall call(this, candidate->worker_id, &context);
+    const absl::Status s = call.Check(rpc::FromGrpcStatus(
+        DecodeStub(candidate->address)->Admit(&context, admit, &admitted)));
     if (s.ok()) {
       decoder = candidate;
       break;
@@ -592,7 +655,7 @@ absl::Status GenerationCore::RunDisaggregated(
       break;
     }
     if (s.code() == absl::StatusCode::kUnavailable) {
-      *culprit = candidate->worker_id;
+      culprits->push_back(candidate->worker_id);
     } else if (s.code() != absl::StatusCode::kResourceExhausted) {
       break;
     }
@@ -601,7 +664,7 @@ absl::Status GenerationCore::RunDisaggregated(
     if (state.client_gone()) {
       return absl::CancelledError("the client went away");
     }
-    return WorkerError("admission on a decode worker", refused);
+    return WorkerError("admission on a decode worker", refused, deadline);
   }
   const v1::KvTransferTarget& target = admitted.target();
   auto release = [&](bool writes_quiesced, const std::string& why) {
@@ -633,9 +696,10 @@ absl::Status GenerationCore::RunDisaggregated(
     grpc::ClientContext context;
     SetDeadline(&context, deadline);
     CancelScope cancellable(state.cancel(), &context);
-    prefilled =
+    WorkerCall call(this, prefill.worker_id, &context);
+    prefilled = call.Check(
         rpc::FromGrpcStatus(PrefillStub(prefill.address)
-                                ->Prefill(&context, prefill_request, &first));
+                                ->Prefill(&context, prefill_request, &first)));
   }
   AddOutstanding(prefill.worker_id, -static_cast<int64_t>(tokens.size()), 0);
   if (!prefilled.ok()) {
@@ -647,11 +711,11 @@ absl::Status GenerationCore::RunDisaggregated(
     release(quiesced, absl::StrCat("prefill failed: ",
                                    absl::StatusCodeToString(prefilled.code())));
     // An unreachable prefill worker is the one to avoid next time; a
-    // transfer that failed points at the decode side.
-    *culprit = prefilled.code() == absl::StatusCode::kUnavailable
-                   ? prefill.worker_id
-                   : decoder->worker_id;
+    // transfer that failed may be either end's fault (a corrupting writer,
+    // a receiver that lost its region): the retry avoids both if it can.
+    culprits->push_back(prefill.worker_id);
     if (prefilled.code() != absl::StatusCode::kUnavailable) {
+      culprits->push_back(decoder->worker_id);
       // Stop what the prefill worker may still do for this attempt.
       CancelAttempt(PrefillStub(prefill.address), state.id(), attempt);
     }
@@ -659,7 +723,7 @@ absl::Status GenerationCore::RunDisaggregated(
       return absl::CancelledError("the client went away");
     }
     return WorkerError(absl::StrCat("prefill on ", prefill.worker_id),
-                       prefilled);
+                       prefilled, deadline);
   }
   state.set_prefill(prefill.worker_id, first);
 
@@ -683,7 +747,7 @@ absl::Status GenerationCore::RunDisaggregated(
   if (!decoded.ok() && !state.client_gone()) {
     // A StartDecode refused before it began leaves the admission to free.
     release(/*writes_quiesced=*/true, "decode failed");
-    *culprit = decoder->worker_id;
+    culprits->push_back(decoder->worker_id);
   }
   return decoded;
 }

@@ -85,8 +85,14 @@ class GenerationCore : public ClientApi {
   absl::StatusOr<v1::ListModelsResponse> ListModels() override;
   absl::Status CheckReady() override;
 
+  // Cuts the calls in flight to these workers (their lease ran out: dead,
+  // hung or cut off); each ends as UNAVAILABLE, so its request is retried
+  // or migrated instead of waiting for a worker that may never answer.
+  void WorkersLost(const std::vector<std::string>& worker_ids);
+
  private:
   class Request;
+  class WorkerCall;
   struct Outstanding {
     int64_t tokens = 0;
     int32_t sequences = 0;
@@ -100,19 +106,20 @@ class GenerationCore : public ClientApi {
   std::vector<WorkerView> Candidates(v1::WorkerRole role,
                                      absl::Span<const int32_t> tokens);
   // One try of the request (attempt >= 1), continuing after the tokens
-  // the client already has. On a worker's failure (UNAVAILABLE) *culprit
-  // names the worker to avoid on the next try.
+  // the client already has. On a worker's failure (UNAVAILABLE) *culprits
+  // gets the workers to avoid on the next try.
   absl::Status RunLocal(const v1::GenerateRequest& request,
                         const std::vector<int32_t>& tokens,
                         const WorkerView& worker, uint32_t attempt,
                         absl::Time deadline, Request& state,
-                        std::string* culprit);
+                        std::vector<std::string>* culprits);
   absl::Status RunDisaggregated(const v1::GenerateRequest& request,
                                 const std::vector<int32_t>& tokens,
                                 const WorkerView& prefill,
                                 const std::vector<const WorkerView*>& decode,
                                 uint32_t attempt, absl::Time deadline,
-                                Request& state, std::string* culprit);
+                                Request& state,
+                                std::vector<std::string>* culprits);
   // `workers` without those in `failed`, unless that leaves none.
   static std::vector<WorkerView> Prefer(
       std::vector<WorkerView> workers,
@@ -141,6 +148,10 @@ class GenerationCore : public ClientApi {
   absl::flat_hash_set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Outstanding> outstanding_
       ABSL_GUARDED_BY(mu_);
+  // Blocking calls in flight, by worker id (see WorkerCall).
+  absl::Mutex calls_mu_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<WorkerCall*>> calls_
+      ABSL_GUARDED_BY(calls_mu_);
   rpc::StubCache<v1::DecodeWorker> decode_stubs_;
   rpc::StubCache<v1::PrefillWorker> prefill_stubs_;
 };

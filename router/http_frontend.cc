@@ -35,6 +35,14 @@ constexpr char kJson[] = "application/json";
 constexpr char kEventStream[] = "text/event-stream";
 // How often a waiting stream checks that its client is still connected.
 constexpr absl::Duration kStreamPollInterval = absl::Milliseconds(200);
+// How long a stream waits for its first event before committing to status
+// 200: errors found at once (bad prompt, overload, unknown model) still get
+// their own status; after that a slow first token (a long prefill) is
+// waited for with SSE comments on an open 200 stream, whose failing writes
+// tell that the client has gone.
+constexpr absl::Duration kStreamCommitDelay = absl::Milliseconds(250);
+// Sent when nothing else was for a poll interval; clients ignore comments.
+constexpr absl::string_view kKeepAlive = ": keep-alive\n\n";
 // How long Start waits for the accept loop to come up.
 constexpr absl::Duration kStartTimeout = absl::Seconds(10);
 
@@ -96,8 +104,21 @@ struct StreamState {
   // A write to the client failed (or the response was abandoned): the sink
   // refuses further chunks.
   bool client_gone ABSL_GUARDED_BY(mu) = false;
+  // Stops the request on every worker as soon as the client is known to be
+  // gone, also while it still waits for its first token.
+  CancelToken cancel;
   std::thread generator;
 };
+
+// Marks the client gone and stops its request.
+void ClientGone(StreamState& stream) {
+  {
+    absl::MutexLock lock(&stream.mu);
+    if (stream.done) return;
+    stream.client_gone = true;
+  }
+  stream.cancel.Cancel();
+}
 
 bool StartedOrDone(StreamState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   return s->started || s->done;
@@ -389,7 +410,8 @@ class HttpFrontend::Impl {
                   stream->started = true;
                 }
                 return true;
-              });
+              },
+              &stream->cancel);
           absl::MutexLock lock(&stream->mu);
           stream->done = true;
           stream->status = std::move(status);
@@ -400,7 +422,8 @@ class HttpFrontend::Impl {
     absl::Status status;
     {
       absl::MutexLock lock(&stream->mu);
-      stream->mu.Await(absl::Condition(&StartedOrDone, stream.get()));
+      stream->mu.AwaitWithTimeout(absl::Condition(&StartedOrDone, stream.get()),
+                                  kStreamCommitDelay);
       started = stream->started;
       status = stream->status;
     }
@@ -418,10 +441,7 @@ class HttpFrontend::Impl {
           return WriteEvents(*stream, sink);
         },
         [stream](bool /*success*/) {
-          {
-            absl::MutexLock lock(&stream->mu);
-            if (!stream->done) stream->client_gone = true;
-          }
+          ClientGone(*stream);
           stream->generator.join();
         });
   }
@@ -452,11 +472,13 @@ class HttpFrontend::Impl {
         return true;
       }
     }
-    if (ok && batch.empty()) ok = sink.is_writable();
-    if (!ok) {
-      absl::MutexLock lock(&stream.mu);
-      stream.client_gone = true;
+    // Nothing to say: a comment, so that a client that went away is noticed
+    // by the failing write (a closed socket still looks writable).
+    if (ok && batch.empty()) {
+      ok = sink.is_writable() &&
+           sink.write(kKeepAlive.data(), kKeepAlive.size());
     }
+    if (!ok) ClientGone(stream);
     return ok;
   }
 

@@ -54,6 +54,15 @@ ABSL_FLAG(int32_t, local_prefill_max_uncached_tokens, 0,
 ABSL_FLAG(int32_t, max_inflight, 256,
           "requests running at once; more are refused with "
           "RESOURCE_EXHAUSTED / HTTP 503");
+ABSL_FLAG(int32_t, max_prefill_retries, 2,
+          "tries on other workers after a failure before the first token");
+ABSL_FLAG(int32_t, max_migrations, 2,
+          "times a stream may move to another decode worker after its "
+          "worker failed; then the request fails with a clear error");
+ABSL_FLAG(int32_t, reservation_timeout_ms, 120000,
+          "longest a decode worker holds blocks for a prefill's KV (capped by "
+          "the request's deadline); after it a failed prefill's blocks are "
+          "reclaimed");
 ABSL_FLAG(int32_t, request_timeout_ms, 600000,
           "deadline of requests that do not set one");
 ABSL_FLAG(int32_t, lease_ms, 3000,
@@ -110,6 +119,10 @@ int Run() {
   }
   GenerationCoreOptions core_options;
   core_options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  core_options.max_prefill_retries = absl::GetFlag(FLAGS_max_prefill_retries);
+  core_options.max_migrations = absl::GetFlag(FLAGS_max_migrations);
+  core_options.reservation_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_reservation_timeout_ms));
   core_options.model_id = engine::ServedModelName(model_path);
   GenerationCore core(model->get(), registry->get(), &policy, core_options);
   const absl::Duration request_timeout =
@@ -162,10 +175,13 @@ int Run() {
   std::thread sweeper([&] {
     while (
         !stop_sweeper.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
-      for (const std::string& id : (*registry)->ExpireLeases(absl::Now())) {
+      const std::vector<std::string> lost =
+          (*registry)->ExpireLeases(absl::Now());
+      for (const std::string& id : lost) {
         PD_LOG(WARNING) << "worker " << id
                         << " missed its lease; removed from the cluster";
       }
+      if (!lost.empty()) core.WorkersLost(lost);
     }
   });
 

@@ -135,7 +135,11 @@ absl::Status WorkerRegistry::RequestDrain(const std::string& worker_id,
 
 std::vector<std::string> WorkerRegistry::ExpireLeases(absl::Time now) {
   absl::MutexLock lock(&mutex_);
-  return ExpireLeasesLocked(now);
+  ExpireLeasesLocked(now);
+  std::vector<std::string> expired;
+  expired.swap(unreported_expired_);
+  std::sort(expired.begin(), expired.end());
+  return expired;
 }
 
 std::vector<std::string> WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
@@ -143,6 +147,7 @@ std::vector<std::string> WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (it->second.lease_expiry <= now) {
       expired.push_back(it->first);
+      unreported_expired_.push_back(it->first);
       prefix_keys_.erase(it->first);
       leases_.erase(it->second.lease_id);
       workers_.erase(it++);

@@ -112,7 +112,10 @@ class WorkerRegistry {
   absl::Status RequestDrain(const std::string& worker_id,
                             absl::Duration deadline);
 
-  // Removes workers whose lease ran out by `now`; returns their ids.
+  // Removes workers whose lease ran out by `now`; returns the ids of every
+  // worker removed that way since the last call (also those a List or
+  // Heartbeat expired), so a caller can stop the calls still in flight to
+  // them.
   std::vector<std::string> ExpireLeases(absl::Time now);
 
   // Live workers (after expiring leases at `now`), ordered by role then
@@ -153,6 +156,8 @@ class WorkerRegistry {
   // lease_id -> worker_id.
   absl::flat_hash_map<std::string, std::string> leases_ ABSL_GUARDED_BY(mutex_);
   uint64_t next_lease_ ABSL_GUARDED_BY(mutex_) = 1;
+  // Expired since the last ExpireLeases.
+  std::vector<std::string> unreported_expired_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace pdserve::router

@@ -30,6 +30,10 @@ ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here once serving");
 ABSL_FLAG(std::string, transport, "ucx",
           "KV transport: ucx, in_process (tests) or nccl (GPU builds)");
+ABSL_FLAG(std::string, testing_kv_faults, "",
+          "FOR TESTS: inject faults into every KV transfer this worker "
+          "makes (comma-separated: drop_writes, drop_notices, "
+          "corrupt_writes, delay_ms=N, fail_after_bytes=N)");
 ABSL_FLAG(int32_t, drain_timeout_ms, 30000,
           "on SIGTERM, how long in-flight work may take before exiting");
 
@@ -82,6 +86,14 @@ absl::StatusOr<kv_transfer::KvTransportConfig> KvTransportFromFlags(
   if (!kind.ok()) return kind.status();
   config.kind = *kind;
   config.name = worker_id;
+  if (const std::string faults = absl::GetFlag(FLAGS_testing_kv_faults);
+      !faults.empty()) {
+    absl::StatusOr<kv_transfer::TransportFaults> parsed =
+        kv_transfer::ParseTransportFaults(faults);
+    if (!parsed.ok()) return parsed.status();
+    PD_LOG(WARNING) << "injecting KV transfer faults: " << faults;
+    config.faults = *parsed;
+  }
   return config;
 }
 

@@ -1,188 +1,254 @@
-// Faults injected into real processes: a worker killed with SIGKILL while
-// requests are in flight. The router retries a prefill elsewhere before the
-// first token, and migrates a stream after it (prompt + the tokens already
-// sent are prefilled again on another pair); either way every client gets
-// exactly the answer the offline engine gives, no token lost or repeated.
+// Workers that die or hang while requests are in flight, and clients that
+// cancel. The router retries a prefill elsewhere before the first token, and
+// migrates a stream after it (prompt + the tokens already sent are prefilled
+// again on another pair); either way every client gets exactly the answer
+// the offline engine gives, no token lost or repeated. A hung worker is
+// found by its missed lease, and the calls waiting on it are cut.
 #include <signal.h>
 
 #include <atomic>
-#include <memory>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "cli/admin_client.h"
-#include "cli/local_cluster.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "model/tiny_model.h"
 #include "proto/client.grpc.pb.h"
-#include "tests/cluster_testing.h"
+#include "tests/fault_testing.h"
 #include "tests/serving_testing.h"
 
 namespace pdserve {
 namespace {
 
 using testing::ExpectSameAnswer;
+using testing::FaultRow;
+using testing::FaultTest;
 using testing::Generate;
 using testing::OfflineEngine;
 using testing::Outcome;
 using testing::Seed;
+using testing::SlowTinyModelPath;
 using testing::TokenRequest;
 
-// A random model big enough that requests are still running when the fault
-// hits (a few ms per decode step), small enough to load at once.
-std::string SlowTinyModelPath() {
-  static const std::string path = [] {
-    const std::string p =
-        absl::StrCat(::testing::TempDir(), "/fault-model.gguf");
-    model::TinyModelOptions options;
-    options.num_layers = 6;
-    options.hidden_size = 512;
-    options.ffn_size = 1024;
-    options.num_heads = 8;
-    options.num_kv_heads = 4;
-    options.context_length = 1024;
-    EXPECT_TRUE(model::WriteTinyModel(options, p).ok());
-    return p;
-  }();
-  return path;
-}
-
-class FaultTest : public ::testing::Test {
- protected:
-  void Start(const std::string& name, int prefill, int decode,
-             std::vector<std::string> extra_worker_args = {}) {
-    cli::LocalClusterOptions options;
-    options.bin_dir = testing::BinDir();
-    options.work_dir = testing::MakeWorkDir(name);
-    options.model_path = SlowTinyModelPath();
-    options.num_prefill = prefill;
-    options.num_decode = decode;
-    options.lease = absl::Milliseconds(1500);
-    options.heartbeat = absl::Milliseconds(200);
-    options.startup_timeout = absl::Seconds(60);
-    options.router_args = {"--routing_policy=round_robin"};
-    options.worker_args = {"--threads=1", "--kv_cache_mb=64"};
-    options.worker_args.insert(options.worker_args.end(),
-                               extra_worker_args.begin(),
-                               extra_worker_args.end());
-    auto cluster = cli::LocalCluster::Start(options);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = std::move(cluster).value();
-  }
-
-  void TearDown() override {
-    // The killed worker's exit is expected; Stop reports it.
-    if (cluster_ != nullptr) (void)cluster_->Stop(absl::Seconds(20));
-  }
-
-  // Sends every request at once from its own thread; `on_progress` sees the
-  // number of tokens each request has received so far.
-  std::vector<Outcome> SendAll(
-      const std::vector<v1::GenerateRequest>& requests,
-      const std::function<void(const std::vector<int>&)>& on_progress) {
-    std::vector<Outcome> got(requests.size());
-    std::vector<int> received(requests.size(), 0);
-    absl::Mutex mu;
-    std::vector<std::thread> clients;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      clients.emplace_back([&, i] {
-        got[i] = Generate(cluster_->router_address(), requests[i],
-                          absl::Seconds(120), [&](const Outcome& so_far) {
-                            absl::MutexLock lock(&mu);
-                            received[i] = so_far.tokens.size();
-                            on_progress(received);
-                          });
-      });
-    }
-    for (std::thread& t : clients) t.join();
-    return got;
-  }
-
-  void Kill(const std::string& name) {
-    cli::LocalProcess* p = cluster_->Find(name);
-    ASSERT_NE(p, nullptr);
-    p->process->Signal(SIGKILL);
-  }
-
-  std::unique_ptr<cli::LocalCluster> cluster_;
-};
-
-TEST_F(FaultTest, KilledDecodeWorkerMidStreamLosesNoToken) {
-  OfflineEngine offline(SlowTinyModelPath());
-  const int32_t vocab = offline.model().config().vocab_size;
-  Start("kill-decode", 1, 2);
+// Greedy and seeded requests alternately.
+std::vector<v1::GenerateRequest> Requests(int n, int prompt, int max_tokens,
+                                          int32_t vocab, uint64_t seed_base) {
   std::vector<v1::GenerateRequest> requests;
-  for (int i = 0; i < 12; ++i) {
-    v1::GenerateRequest r = TokenRequest(40 + i, i, 120, vocab);
-    if (i % 2 == 1) Seed(&r, 500 + i);
+  for (int i = 0; i < n; ++i) {
+    v1::GenerateRequest r = TokenRequest(prompt + i, i, max_tokens, vocab);
+    if (i % 2 == 1) Seed(&r, seed_base + i);
     requests.push_back(r);
   }
+  return requests;
+}
+
+class WorkerFaultTest : public FaultTest {
+ protected:
+  absl::Duration RecoveredSince(absl::Time fault) {
+    if (AwaitIdle(absl::Seconds(25)) == absl::InfiniteDuration()) {
+      return absl::InfiniteDuration();
+    }
+    return absl::Now() - fault;
+  }
+};
+
+TEST_F(WorkerFaultTest, KilledDecodeWorkerMidStreamLosesNoToken) {
+  OfflineEngine offline(SlowTinyModelPath());
+  Start("kill-decode", 1, 2);
+  const std::vector<v1::GenerateRequest> requests =
+      Requests(12, 40, 120, offline.model().config().vocab_size, 500);
   // Kill decode-0 once every stream has tokens (so every prefill is done
   // and the streams on decode-0 are cut mid-way).
   std::atomic<bool> killed{false};
+  absl::Time fault;
   const std::vector<Outcome> got =
       SendAll(requests, [&](const std::vector<int>& received) {
         for (int n : received) {
           if (n < 2) return;
         }
-        if (!killed.exchange(true)) Kill("decode-0");
+        if (!killed.exchange(true)) {
+          fault = absl::Now();
+          Signal("decode-0", SIGKILL);
+        }
       });
   ASSERT_TRUE(killed);
   int migrated = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    ExpectSameAnswer(got[i], offline.Run(requests[i]),
-                     absl::StrCat("request ", i));
-    migrated += got[i].timing.migrations() > 0;
-    if (got[i].timing.migrations() > 0) {
+  for (const Outcome& o : got) {
+    migrated += o.timing.migrations() > 0;
+    if (o.timing.migrations() > 0) {
       // The stream ended on the surviving worker (or, when the re-prefill's
       // token ended it, on no decode worker at all).
-      EXPECT_NE(got[i].timing.decode_worker_id(), "decode-0")
-          << got[i].timing.DebugString() << " finish "
-          << v1::FinishReason_Name(got[i].finish) << " after "
-          << got[i].tokens.size() << " tokens in " << got[i].chunks
-          << " chunks";
+      EXPECT_NE(o.timing.decode_worker_id(), "decode-0")
+          << o.timing.DebugString();
     }
   }
   EXPECT_GT(migrated, 0) << "no stream was on decode-0 when it died";
+  FaultRow row = Score("kill -9 decode worker mid-stream (greedy + seeded)",
+                       requests, got, offline);
+  row.recovery = RecoveredSince(fault);
+  row.recovery_what = "kill -> every KV block free";
+  Report(row);
 }
 
-TEST_F(FaultTest, KilledPrefillWorkerIsRetriedElsewhere) {
+TEST_F(WorkerFaultTest, KilledPrefillWorkerIsRetriedElsewhere) {
   OfflineEngine offline(SlowTinyModelPath());
-  const int32_t vocab = offline.model().config().vocab_size;
   Start("kill-prefill", 2, 1);
-  std::vector<v1::GenerateRequest> requests;
-  for (int i = 0; i < 32; ++i) {
-    v1::GenerateRequest r = TokenRequest(150 + i, i, 8, vocab);
-    if (i % 2 == 1) Seed(&r, 900 + i);
-    requests.push_back(r);
-  }
+  const std::vector<v1::GenerateRequest> requests =
+      Requests(32, 40, 8, offline.model().config().vocab_size, 900);
   // Kill prefill-0 as soon as the first answer starts: most prompts are
   // still queued or computing on both prefill workers.
   std::atomic<bool> killed{false};
+  absl::Time fault;
   const std::vector<Outcome> got =
       SendAll(requests, [&](const std::vector<int>&) {
-        if (!killed.exchange(true)) Kill("prefill-0");
+        if (!killed.exchange(true)) {
+          fault = absl::Now();
+          Signal("prefill-0", SIGKILL);
+        }
       });
   ASSERT_TRUE(killed);
   int retried = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    ExpectSameAnswer(got[i], offline.Run(requests[i]),
-                     absl::StrCat("request ", i));
-    retried += got[i].timing.prefill_attempts() > 1;
-  }
+  for (const Outcome& o : got) retried += o.timing.prefill_attempts() > 1;
   EXPECT_GT(retried, 0) << "no prefill was on prefill-0 when it died";
+  FaultRow row = Score("kill -9 prefill worker, 32 requests in flight",
+                       requests, got, offline);
+  // The decode worker gets the blocks reserved for the dead worker's
+  // transfers back when their reservation (20 s here) runs out.
+  row.recovery = RecoveredSince(fault);
+  row.recovery_what = "kill -> every KV block free (reservation 20 s)";
+  Report(row);
+}
+
+// A hung prefill worker (SIGSTOP) keeps its connections open and answers
+// nothing: its missed lease (1.5 s) gets it dropped and the calls waiting
+// on it cut, and the prompts are prefilled on the other worker. Let go
+// again, it registers anew and gets work.
+TEST_F(WorkerFaultTest, HungPrefillWorkerIsRetriedElsewhere) {
+  OfflineEngine offline(SlowTinyModelPath());
+  Start("hang-prefill", 2, 1);
+  const std::vector<v1::GenerateRequest> requests =
+      Requests(16, 40, 8, offline.model().config().vocab_size, 300);
+  std::atomic<bool> stopped{false};
+  absl::Time fault;
+  const std::vector<Outcome> got =
+      SendAll(requests, [&](const std::vector<int>&) {
+        if (!stopped.exchange(true)) {
+          fault = absl::Now();
+          Signal("prefill-0", SIGSTOP);
+        }
+      });
+  ASSERT_TRUE(stopped);
+  int retried = 0;
+  for (const Outcome& o : got) retried += o.timing.prefill_attempts() > 1;
+  EXPECT_GT(retried, 0) << "no prefill was on prefill-0 when it hung";
+  FaultRow row = Score("SIGSTOP (hang) prefill worker, 16 requests in flight",
+                       requests, got, offline);
+  row.recovery = RecoveredSince(fault);
+  row.recovery_what =
+      "hang -> every KV block free (its transfers' reservations: 20 s)";
+  Report(row);
+
+  // Resumed, it finds its lease gone, registers again, winds up the
+  // transfers it held when it stopped (long overdue: they fail), and serves.
+  Signal("prefill-0", SIGCONT);
+  disturbed_.erase("prefill-0");
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (Workers()["prefill-0"].state() != v1::WORKER_STATE_SERVING) {
+    ASSERT_LT(absl::Now(), give_up) << "prefill-0 did not come back";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  // Its first transfers may still meet the connection it closed on its
+  // overdue ones (reconnects wait 1 s): those are retried elsewhere.
+  bool served_by_it = false;
+  for (int i = 0; i < 20 && !served_by_it; ++i) {
+    const v1::GenerateRequest r =
+        TokenRequest(30, 700 + i, 4, offline.model().config().vocab_size);
+    const Outcome o = Generate(cluster_->router_address(), r);
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    served_by_it = o.timing.prefill_worker_id() == "prefill-0" &&
+                   o.timing.prefill_attempts() == 1;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(served_by_it) << "prefill-0 got no work after it came back";
+}
+
+// A decode worker that hangs mid-stream: its streams migrate once its lease
+// runs out, and every client still gets exactly the undisturbed answer.
+TEST_F(WorkerFaultTest, HungDecodeWorkerMidStreamLosesNoToken) {
+  OfflineEngine offline(SlowTinyModelPath());
+  Start("hang-decode", 1, 2);
+  const std::vector<v1::GenerateRequest> requests =
+      Requests(8, 40, 120, offline.model().config().vocab_size, 100);
+  std::atomic<bool> stopped{false};
+  absl::Time fault;
+  const std::vector<Outcome> got =
+      SendAll(requests, [&](const std::vector<int>& received) {
+        for (int n : received) {
+          if (n < 2) return;
+        }
+        if (!stopped.exchange(true)) {
+          fault = absl::Now();
+          Signal("decode-0", SIGSTOP);
+        }
+      });
+  ASSERT_TRUE(stopped);
+  int migrated = 0;
+  for (const Outcome& o : got) migrated += o.timing.migrations() > 0;
+  EXPECT_GT(migrated, 0) << "no stream was on decode-0 when it hung";
+  FaultRow row =
+      Score("SIGSTOP (hang) decode worker mid-stream", requests, got, offline);
+  // Resumed, it sees its streams cancelled and frees their blocks.
+  Signal("decode-0", SIGCONT);
+  disturbed_.erase("decode-0");
+  row.recovery = RecoveredSince(fault);
+  row.recovery_what = "hang -> every KV block free (lease 1.5 s)";
+  Report(row);
+}
+
+// The router dies with streams in flight and comes back on its addresses.
+// Its clients get a clear UNAVAILABLE (their connection was to the dead
+// router); the workers drop the orphaned work, register with the new router
+// on their own, without a restart, and serve again.
+TEST_F(WorkerFaultTest, WorkersRegisterWithARestartedRouterAndServe) {
+  OfflineEngine offline(SlowTinyModelPath());
+  Start("router-restart", 1, 1);
+  const std::vector<v1::GenerateRequest> requests =
+      Requests(8, 40, 200, offline.model().config().vocab_size, 50);
+  std::atomic<bool> killed{false};
+  absl::Time fault;
+  const std::vector<Outcome> got =
+      SendAll(requests, [&](const std::vector<int>& received) {
+        for (int n : received) {
+          if (n < 2) return;
+        }
+        if (!killed.exchange(true)) {
+          fault = absl::Now();
+          Signal("router", SIGKILL);
+        }
+      });
+  ASSERT_TRUE(killed);
+  FaultRow row = Score("kill -9 router mid-stream, restarted", requests, got,
+                       offline, {absl::StatusCode::kUnavailable});
+  ASSERT_TRUE(cluster_->Restart("router", absl::Seconds(30)).ok());
+  disturbed_.erase("router");
+  ASSERT_NE(AwaitIdle(absl::Seconds(25)), absl::InfiniteDuration());
+  row.recovery = absl::Now() - fault;
+  row.recovery_what = "kill -> new router up, workers registered and idle";
+  Report(row);
+  const v1::GenerateRequest next =
+      TokenRequest(20, 9, 4, offline.model().config().vocab_size);
+  ExpectSameAnswer(Generate(cluster_->router_address(), next),
+                   offline.Run(next), "through the restarted router");
 }
 
 // A gRPC client that cancels while its request is still being prefilled
 // stops the work on every worker within about a second (prefill passes are
 // short, --max_batch_tokens=64, so the prefill worker sees the cancel
 // between two of them).
-TEST_F(FaultTest, ClientCancelDuringPrefillStopsTheWork) {
+TEST_F(WorkerFaultTest, ClientCancelDuringPrefillStopsTheWork) {
   OfflineEngine offline(SlowTinyModelPath());
   const int32_t vocab = offline.model().config().vocab_size;
   Start("cancel", 1, 1, {"--max_batch_tokens=64"});
@@ -207,29 +273,21 @@ TEST_F(FaultTest, ClientCancelDuringPrefillStopsTheWork) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
   const absl::Time cancelled = start + absl::Milliseconds(500);
 
-  // Every worker drops the request: nothing queued or running anywhere.
-  absl::Duration took = absl::InfiniteDuration();
-  std::string busy;
-  while (absl::Now() < cancelled + absl::Seconds(5)) {
-    auto listed =
-        cli::ListWorkers(cluster_->control_address(),
-                         v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(5));
-    ASSERT_TRUE(listed.ok()) << listed.status();
-    busy.clear();
-    for (const v1::WorkerInfo& w : listed->workers()) {
-      if (w.inflight_requests() != 0 || w.load().queued_prefill_tokens() != 0 ||
-          w.load().running_sequences() != 0) {
-        absl::StrAppend(&busy, w.worker_id(), " ");
-      }
-    }
-    if (busy.empty()) {
-      took = absl::Now() - cancelled;
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  // Heartbeats (every 200 ms) report it; the work itself stops sooner.
-  EXPECT_LT(took, absl::Milliseconds(1500)) << "still busy: " << busy;
+  // Every worker drops the request and frees its blocks (the decode
+  // worker's reservation included: the prefill worker tells it that no
+  // write can land any more). Heartbeats (every 200 ms) report it; the
+  // work itself stops sooner.
+  ASSERT_NE(AwaitIdle(absl::Seconds(5)), absl::InfiniteDuration());
+  const absl::Duration took = absl::Now() - cancelled;
+  EXPECT_LT(took, absl::Milliseconds(1500));
+  FaultRow row;
+  row.fault = "gRPC client cancel during prefill";
+  row.sent = 1;
+  row.rejected = status.error_code() == grpc::StatusCode::CANCELLED;
+  row.lost = 1 - row.rejected;
+  row.recovery = took;
+  row.recovery_what = "cancel -> every KV block free";
+  Report(row);
 
   // The cluster still serves.
   const v1::GenerateRequest next = TokenRequest(20, 2, 4, vocab);

@@ -62,6 +62,8 @@ v1::GenerateRequest TokenRequest(int length, int salt, uint32_t max_tokens,
 void Seed(v1::GenerateRequest* r, uint64_t seed);
 
 // Same tokens, text, finish reason, logprobs and usage; contiguous offsets.
+bool IsSameAnswer(const Outcome& cluster, const Outcome& offline);
+// The same, as test expectations naming `what`.
 void ExpectSameAnswer(const Outcome& cluster, const Outcome& offline,
                       const std::string& what);
 

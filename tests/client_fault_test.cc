@@ -1,0 +1,199 @@
+// Clients that go away or run out of time: streaming HTTP clients that
+// disconnect (some waiting for their first token, some mid-stream), and
+// per-request deadlines over gRPC (the call's deadline) and HTTP (the
+// `timeout` body parameter). The work stops on every worker and every KV
+// block is free again within about a second.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "tests/fault_testing.h"
+#include "tests/serving_testing.h"
+
+namespace pdserve {
+namespace {
+
+using testing::FaultRow;
+using testing::FaultTest;
+using testing::Generate;
+using testing::OfflineEngine;
+using testing::Outcome;
+using testing::SlowTinyModelPath;
+using testing::TokenRequest;
+
+// The port of "http://127.0.0.1:PORT".
+int HttpPort(const std::string& url) {
+  int port = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(url.substr(url.rfind(':') + 1), &port)) << url;
+  return port;
+}
+
+// A /v1/completions body: `length` prompt token ids from `salt`, streamed,
+// `max_tokens` tokens whatever the model says.
+std::string CompletionBody(int length, int salt, int max_tokens, bool stream,
+                           double timeout_s = 0) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < length; ++i) {
+    ids.push_back(absl::StrCat(1 + (salt * 131 + i * 17) % 250));
+  }
+  std::string body = absl::StrCat(R"({"prompt": [)", absl::StrJoin(ids, ","),
+                                  R"(], "max_tokens": )", max_tokens,
+                                  R"(, "ignore_eos": true, "stream": )",
+                                  stream ? "true" : "false");
+  if (timeout_s > 0) absl::StrAppend(&body, R"(, "timeout": )", timeout_s);
+  absl::StrAppend(&body, "}");
+  return body;
+}
+
+// Opens a connection and sends a streaming completion request; the socket
+// stays open, unread, until closed.
+int OpenStream(int port, const std::string& body) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string request = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nContent-Length: ",
+      body.size(), "\r\n\r\n", body);
+  EXPECT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  return fd;
+}
+
+// Whether the response on `fd` has started streaming tokens (reads what
+// has arrived without waiting).
+bool Streaming(int fd, std::string* seen) {
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n <= 0) break;
+    seen->append(buffer, n);
+  }
+  return seen->find("data: {") != std::string::npos;
+}
+
+// 50 streaming HTTP clients disconnect at once, some mid-stream and some
+// still waiting for their first token: every worker stops their work and
+// frees their blocks within about a second.
+TEST_F(FaultTest, FiftyHttpClientsDisconnectingFreeEverything) {
+  Start("http-disconnect", 1, 1, {"--max_batch_tokens=64"});
+  const int port = HttpPort(cluster_->http_url());
+  std::vector<int> sockets;
+  for (int i = 0; i < 50; ++i) {
+    sockets.push_back(OpenStream(port, CompletionBody(60, i, 400, true)));
+  }
+  // Until some streams are running: the rest are still queued for prefill.
+  std::vector<std::string> seen(sockets.size());
+  int streaming = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (streaming < 5 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+    streaming = 0;
+    for (size_t i = 0; i < sockets.size(); ++i) {
+      streaming += Streaming(sockets[i], &seen[i]);
+    }
+  }
+  ASSERT_GE(streaming, 5) << "no stream started";
+  ASSERT_LT(streaming, 50) << "every stream started: none waits any more";
+  const absl::Time closed = absl::Now();
+  for (int fd : sockets) ::close(fd);
+
+  ASSERT_NE(AwaitIdle(absl::Seconds(10)), absl::InfiniteDuration());
+  const absl::Duration took = absl::Now() - closed;
+  // Observed through heartbeats every 200 ms: the work stops sooner.
+  EXPECT_LT(took, absl::Milliseconds(1500));
+  FaultRow row;
+  row.fault =
+      absl::StrCat("50 streaming HTTP clients disconnect (", streaming,
+                   " mid-stream, ", 50 - streaming, " before the first token)");
+  row.sent = 50;
+  row.rejected = 50;  // Each gone client's request was cancelled.
+  row.recovery = took;
+  row.recovery_what = "disconnect -> every KV block free";
+  Report(row);
+
+  // The router forgot them all: a new request is served.
+  httplib::Client client(cluster_->http_url());
+  client.set_read_timeout(60);
+  auto response = client.Post(
+      "/v1/completions", CompletionBody(20, 1, 4, false), "application/json");
+  ASSERT_TRUE(response) << httplib::to_string(response.error());
+  EXPECT_EQ(response->status, 200) << response->body;
+}
+
+// Deadlines hold end to end: a gRPC deadline and an HTTP `timeout` end a
+// long generation at the deadline with DEADLINE_EXCEEDED / 504, and the
+// workers drop it at once.
+TEST_F(FaultTest, RequestDeadlinesAreHonouredEndToEnd) {
+  OfflineEngine offline(SlowTinyModelPath());
+  const int32_t vocab = offline.model().config().vocab_size;
+  Start("deadline", 1, 1);
+  const absl::Duration limit = absl::Seconds(1);
+
+  // gRPC: the call's deadline.
+  v1::GenerateRequest long_request = TokenRequest(50, 3, 1000, vocab);
+  absl::Time start = absl::Now();
+  const Outcome grpc_outcome =
+      Generate(cluster_->router_address(), long_request, limit);
+  const absl::Duration grpc_took = absl::Now() - start;
+  EXPECT_EQ(grpc_outcome.status.code(), absl::StatusCode::kDeadlineExceeded)
+      << grpc_outcome.status;
+  EXPECT_GT(grpc_outcome.tokens.size(), 0u) << "it never started";
+  EXPECT_LT(grpc_took, limit + absl::Milliseconds(500));
+  ASSERT_NE(AwaitIdle(absl::Seconds(5)), absl::InfiniteDuration());
+  const absl::Duration grpc_idle = absl::Now() - start - limit;
+
+  // HTTP: the body's timeout (seconds), unary and streamed.
+  httplib::Client client(cluster_->http_url());
+  client.set_read_timeout(60);
+  start = absl::Now();
+  auto unary =
+      client.Post("/v1/completions", CompletionBody(50, 4, 1000, false, 1.0),
+                  "application/json");
+  const absl::Duration http_took = absl::Now() - start;
+  ASSERT_TRUE(unary) << httplib::to_string(unary.error());
+  EXPECT_EQ(unary->status, 504) << unary->body;
+  EXPECT_NE(unary->body.find("\"error\""), std::string::npos) << unary->body;
+  EXPECT_LT(http_took, limit + absl::Milliseconds(500));
+  auto streamed =
+      client.Post("/v1/completions", CompletionBody(50, 5, 1000, true, 1.0),
+                  "application/json");
+  ASSERT_TRUE(streamed) << httplib::to_string(streamed.error());
+  EXPECT_EQ(streamed->status, 200);
+  // Tokens, then an error event naming the deadline, then [DONE].
+  EXPECT_NE(streamed->body.find("\"text\""), std::string::npos);
+  EXPECT_NE(streamed->body.find("\"error\""), std::string::npos)
+      << streamed->body.substr(streamed->body.size() - 300);
+  EXPECT_NE(streamed->body.rfind("data: [DONE]"), std::string::npos);
+  ASSERT_NE(AwaitIdle(absl::Seconds(5)), absl::InfiniteDuration());
+
+  FaultRow row;
+  row.fault = "deadline 1 s on 1000-token generations (gRPC, HTTP x2)";
+  row.sent = 3;
+  row.rejected =
+      (grpc_outcome.status.code() == absl::StatusCode::kDeadlineExceeded) +
+      (unary->status == 504) +
+      (streamed->body.find("\"error\"") != std::string::npos);
+  row.lost = row.sent - row.rejected;
+  row.recovery = grpc_idle;
+  row.recovery_what = "deadline -> every KV block free (gRPC)";
+  Report(row);
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,112 @@
+// KV transfers that go wrong, injected into one prefill worker's transport
+// (--testing_kv_faults, kv_transfer/fault_injecting_transport.h): corrupted
+// or lost bytes, a transfer cut part-way, writes stalled past the
+// reservation, lost completion notices. Whatever happens, no request hangs
+// and none is answered from bad KV: the decode worker refuses a transfer
+// whose checksums do not match what landed (and counts it), the router
+// retries the prompt on the healthy prefill worker, and every block comes
+// back.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/fault_testing.h"
+#include "tests/serving_testing.h"
+
+namespace pdserve {
+namespace {
+
+using testing::FaultRow;
+using testing::FaultTest;
+using testing::OfflineEngine;
+using testing::Outcome;
+using testing::Seed;
+using testing::SlowTinyModelPath;
+using testing::TokenRequest;
+
+struct TransferFault {
+  std::string name;   // Test name.
+  std::string flags;  // --testing_kv_faults of prefill-0.
+  std::string what;   // For the fault table.
+  // Whether the decode worker must count failed transfers (unset: either
+  // way; a stalled transfer's reservation may expire first or be given
+  // back by the writer first), and whether requests must have been retried.
+  std::optional<bool> refused;
+  bool retried;
+};
+
+class TransferFaultTest : public FaultTest,
+                          public ::testing::WithParamInterface<TransferFault> {
+};
+
+TEST_P(TransferFaultTest, RequestsAreRetriedAndNeverAnsweredFromBadKv) {
+  const TransferFault& fault = GetParam();
+  OfflineEngine offline(SlowTinyModelPath());
+  const int32_t vocab = offline.model().config().vocab_size;
+  // A 5 s reservation, so that a stalled transfer is overdue soon.
+  Start(absl::StrCat("transfer-", fault.name), 2, 1, {},
+        {"--reservation_timeout_ms=5000"},
+        {{"prefill-0", {absl::StrCat("--testing_kv_faults=", fault.flags)}}});
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    v1::GenerateRequest r = TokenRequest(60 + i, 40 + i, 8, vocab);
+    if (i % 2 == 1) Seed(&r, 77 + i);
+    requests.push_back(r);
+  }
+  const std::vector<Outcome> got = SendAll(requests);
+
+  FaultRow row = Score(fault.what, requests, got, offline);
+  int retried = 0;
+  double worst_ttft_ms = 0;
+  for (const Outcome& o : got) {
+    if (o.timing.prefill_attempts() > 1) {
+      ++retried;
+      worst_ttft_ms = std::max(worst_ttft_ms, o.client_ttft_ms);
+    }
+    // A request answered at all was answered by the healthy worker, or by
+    // the faulty one only when its transfer arrived intact.
+  }
+  if (fault.retried) {
+    EXPECT_GT(retried, 0) << "no request went to prefill-0";
+  } else {
+    EXPECT_EQ(retried, 0);
+  }
+  const uint64_t refused = Workers()["decode-0"].load().failed_kv_transfers();
+  if (fault.refused == true) {
+    EXPECT_GT(refused, 0u) << "the decode worker refused no transfer";
+  } else if (fault.refused == false) {
+    EXPECT_EQ(refused, 0u);
+  }
+  row.recovery = absl::Milliseconds(worst_ttft_ms);
+  row.recovery_what =
+      absl::StrCat("longest TTFT of a retried request; ", refused,
+                   " failed transfers counted by decode-0");
+  Report(row);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, TransferFaultTest,
+    ::testing::Values(
+        TransferFault{"corrupt", "corrupt_writes",
+                      "KV transfer corrupted (one byte flipped)", true, true},
+        TransferFault{"drop", "drop_writes",
+                      "KV writes dropped (reported done, nothing moved)", true,
+                      true},
+        TransferFault{"partial", "fail_after_bytes=200000",
+                      "KV transfer cut part-way (connection fails)", false,
+                      true},
+        TransferFault{"stall", "delay_ms=7000",
+                      "KV transfer stalled past its 5 s reservation",
+                      std::nullopt, true},
+        TransferFault{"lost_notice", "drop_notices",
+                      "transport completion notice lost (gRPC notice kept)",
+                      false, false}),
+    [](const ::testing::TestParamInfo<TransferFault>& info) {
+      return info.param.name;
+    });
+
+}  // namespace
+}  // namespace pdserve
