@@ -298,6 +298,7 @@ bool KvTransferWriter::Quiesce(absl::Time deadline) {
     failure_ = absl::AbortedError(absl::StrCat(
         "transfer ", options_.target.transfer_id(), " was aborted"));
   }
+  bool clean = true;
   while (!pending_.empty()) {
     // Wait() forgets a finished operation, whatever its status; only one
     // still running at the deadline answers DEADLINE_EXCEEDED and stays.
@@ -308,9 +309,12 @@ bool KvTransferWriter::Quiesce(absl::Time deadline) {
       Abort();
       return false;
     }
+    // A failure (or an operation already forgotten because it failed) may
+    // leave bytes in flight: the blocks must be quarantined.
+    clean &= status.ok();
     pending_.pop_back();
   }
-  return true;
+  return clean;
 }
 
 void KvTransferWriter::Abort() {

@@ -105,10 +105,13 @@ class KvTransferWriter {
   void Abort();
 
   // Stops the transfer (like Abort) but, instead of cancelling, waits until
-  // every write posted so far has finished, however it ended. True when
-  // none is still running at `deadline`: nothing of this transfer can land
-  // any more, so the decode worker may reuse its blocks at once
-  // (writes_quiesced = true). False: the rest is cancelled as by Abort.
+  // every write posted so far has finished. True when all of them finished
+  // successfully by `deadline`: their bytes have landed and nothing of this
+  // transfer can land any more, so the decode worker may reuse its blocks at
+  // once (writes_quiesced = true). False when one is still running or
+  // failed (a failed write's bytes may still be in flight, see
+  // transport.h): the rest is cancelled as by Abort and the decode worker
+  // quarantines the blocks.
   bool Quiesce(absl::Time deadline);
 
   uint64_t bytes_posted() const { return bytes_posted_; }

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -294,6 +295,113 @@ TEST_P(KvBlockTransferTest, AFailedWriterRefusesToGoOn) {
           .status()
           .code(),
       absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_P(KvBlockTransferTest, AWriterPastItsDeadlinePostsNothing) {
+  // Past the deadline (or the admission's life) the decode worker may have
+  // reused the blocks for another request: a late write would corrupt that
+  // request's KV, so nothing may be posted at all.
+  std::vector<KvTransferWriterOptions> cases(2, Options());
+  cases[0].deadline = absl::Now() - absl::Milliseconds(1);  // The caller's.
+  cases[1].target.set_expires_in_ms(1);                     // The admission's.
+  for (KvTransferWriterOptions& options : cases) {
+    auto writer = KvTransferWriter::Create(std::move(options));
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    absl::SleepFor(absl::Milliseconds(5));  // Let the 1 ms admission end.
+    const absl::Status status = (*writer)->WriteLayer(0);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("decode-0/1"));
+    EXPECT_EQ((*writer)->bytes_posted(), 0u);
+    // The failure stands: no later layer is posted either.
+    EXPECT_EQ((*writer)->WriteLayer(1).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ((*writer)->Finish().status().code(),
+              absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ((*writer)->bytes_posted(), 0u);
+    // Nothing was posted, so nothing can still land: quiesced at once.
+    EXPECT_TRUE((*writer)->Quiesce(absl::Now()));
+  }
+  EXPECT_TRUE(decode_pool_ == original_decode_pool_);
+  EXPECT_EQ(
+      receiver_
+          ->AwaitNotice("decode-0/1", absl::Now() + absl::Milliseconds(100))
+          .status()
+          .code(),
+      absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_P(KvBlockTransferTest, QuiesceWaitsForEveryPostedWriteThenRefuses) {
+  // Each write is reported done 100 ms after it is posted: Quiesce must wait
+  // for that rather than cancel, since a cancelled write may still land.
+  TransportFaults faults;
+  faults.delay = absl::Milliseconds(100);
+  writer_->set_faults(faults);
+  auto writer = KvTransferWriter::Create(Options());
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const absl::Time before_posts = absl::Now();
+  for (uint32_t layer : {2u, 0u, 3u, 1u}) {
+    ASSERT_TRUE((*writer)->WriteLayer(layer).ok()) << layer;
+  }
+  EXPECT_TRUE((*writer)->Quiesce(absl::Now() + absl::Seconds(2)));
+  EXPECT_GE(absl::Now(), before_posts + absl::Milliseconds(100));
+  // Every posted byte has landed; nothing else changed.
+  EXPECT_EQ((*writer)->bytes_posted(), 4u * 14 * 2 * 32);
+  EXPECT_TRUE(decode_pool_ == ExpectedDecodePool());
+  // A quiesced transfer is over: no notice, whatever the caller tries.
+  EXPECT_EQ((*writer)->WriteLayer(0).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*writer)->Finish().status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(
+      receiver_
+          ->AwaitNotice("decode-0/1", absl::Now() + absl::Milliseconds(100))
+          .status()
+          .code(),
+      absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_P(KvBlockTransferTest, QuiesceAfterAFailureWaitsForWritesStillRunning) {
+  // Layer 0 is still running (reported 150 ms after its post) when layer 1
+  // fails at once; the writer learns of the failure at layer 2.
+  TransportFaults slow;
+  slow.delay = absl::Milliseconds(150);
+  writer_->set_faults(slow);
+  auto writer = KvTransferWriter::Create(Options());
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const absl::Time before_post = absl::Now();
+  ASSERT_TRUE((*writer)->WriteLayer(0).ok());
+  TransportFaults broken;
+  broken.fail_after_bytes = 0;
+  writer_->set_faults(broken);
+  ASSERT_TRUE((*writer)->WriteLayer(1).ok());  // Fails in the background.
+  absl::Status status;
+  for (uint32_t layer = 2; layer < 4 && status.ok(); ++layer) {
+    absl::SleepFor(absl::Milliseconds(5));
+    status = (*writer)->WriteLayer(layer);
+  }
+  ASSERT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  // Quiesce returns once layer 0's write has finished, not before, and
+  // cannot vouch for the failed write (its bytes may still be in flight).
+  EXPECT_FALSE((*writer)->Quiesce(absl::Now() + absl::Seconds(2)));
+  EXPECT_GE(absl::Now(), before_post + absl::Milliseconds(150));
+  // The first failure stands.
+  EXPECT_EQ((*writer)->WriteLayer(3).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*writer)->Finish().status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_P(KvBlockTransferTest, QuiesceGivesUpWhileAWriteIsStillRunning) {
+  TransportFaults faults;
+  faults.delay = absl::Seconds(30);  // Reported long after Quiesce's deadline.
+  writer_->set_faults(faults);
+  auto writer = KvTransferWriter::Create(Options());
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->WriteLayer(0).ok());
+  const absl::Time start = absl::Now();
+  // The write may still land: the decode worker must quarantine the blocks.
+  EXPECT_FALSE((*writer)->Quiesce(start + absl::Milliseconds(100)));
+  EXPECT_GE(absl::Now(), start + absl::Milliseconds(100));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ((*writer)->WriteLayer(1).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*writer)->Finish().status().code(), absl::StatusCode::kAborted);
 }
 
 TEST_P(KvBlockTransferTest, RefusesMismatchedLayoutsAndBlockLists) {

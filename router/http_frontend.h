@@ -19,9 +19,13 @@
 // thread of its own while the connection's thread writes the events: the
 // HTTP status line must be chosen before the first byte is written, and
 // httplib writes it before it calls the content provider, so the handler
-// waits for the first event (or the error) first. When a write to the client
-// fails, the next chunk the core delivers is refused (the sink returns false)
-// and the core cancels the request. Non-streaming requests run Generate on
+// waits up to 250 ms for the first event or the error: errors known by then
+// (bad prompt, full router) get their own status. After that the stream is
+// committed to 200 and, while there is nothing to send, carries SSE comments
+// (": keep-alive") every 200 ms: httplib 0.11 shows a closed connection only
+// as a failed write. When a write to the client fails, the request's
+// CancelToken stops it on every worker, also before its first token; later
+// errors are an error event. Non-streaming requests run Generate on
 // the connection's thread; a client that disconnects while waiting for a
 // non-streaming response is not noticed (httplib gives handlers no access to
 // the socket), so such a request runs to its end or its deadline.

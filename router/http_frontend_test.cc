@@ -1,5 +1,9 @@
 #include "router/http_frontend.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -13,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -38,7 +43,8 @@ using ::testing::StartsWith;
 constexpr absl::Duration kWait = absl::Seconds(10);
 
 // A scripted ClientApi: Generate sends `chunks`, then returns `status`;
-// everything it was asked is recorded.
+// everything it was asked is recorded. A stalled Generate returns CANCELLED
+// once the request's CancelToken fires, as the core does.
 class FakeClientApi : public ClientApi {
  public:
   struct Script {
@@ -50,6 +56,9 @@ class FakeClientApi : public ClientApi {
     // Before sending anything, wait until this many Generate calls are in
     // flight at once (or kWait passes).
     int wait_for_concurrent = 0;
+    // Before sending anything, wait this long (a long prefill), or until
+    // the CancelToken fires: then Generate returns CANCELLED at once.
+    absl::Duration stall = absl::ZeroDuration();
   };
 
   void SetScript(Script script) {
@@ -66,8 +75,7 @@ class FakeClientApi : public ClientApi {
   }
 
   absl::Status Generate(v1::GenerateRequest request, absl::Time deadline,
-                        const ChunkSink& sink,
-                        CancelToken* /*cancel*/) override {
+                        const ChunkSink& sink, CancelToken* cancel) override {
     Script script;
     {
       absl::MutexLock lock(&mu_);
@@ -77,7 +85,7 @@ class FakeClientApi : public ClientApi {
       ++active_;
       max_active_ = std::max(max_active_, active_);
     }
-    absl::Status status = Run(script, request.request_id(), sink);
+    absl::Status status = Run(script, request.request_id(), sink, cancel);
     absl::MutexLock lock(&mu_);
     --active_;
     ++finished_;
@@ -126,6 +134,19 @@ class FakeClientApi : public ClientApi {
     absl::MutexLock lock(&mu_);
     return mu_.AwaitWithTimeout(absl::Condition(&sink_refused_), timeout);
   }
+  // Waits until `n` Generate calls have begun.
+  bool WaitForStarted(int n, absl::Duration timeout) {
+    auto started = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return static_cast<int>(requests_.size()) >= n;
+    };
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&started), timeout);
+  }
+  // Waits until a stalled Generate saw its CancelToken fire.
+  bool WaitForCancel(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&saw_cancel_), timeout);
+  }
   // Waits until `n` Generate calls have returned.
   bool WaitForFinished(int n, absl::Duration timeout) {
     auto done = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -137,13 +158,29 @@ class FakeClientApi : public ClientApi {
 
  private:
   absl::Status Run(const Script& script, const std::string& request_id,
-                   const ChunkSink& sink) {
+                   const ChunkSink& sink, CancelToken* cancel) {
     if (script.wait_for_concurrent > 0) {
       auto enough = [this, &script]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return max_active_ >= script.wait_for_concurrent;
       };
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&enough), kWait);
+    }
+    if (script.stall > absl::ZeroDuration()) {
+      if (cancel == nullptr) {
+        absl::SleepFor(script.stall);
+      } else {
+        absl::Notification cancelled;
+        const int id = cancel->Register([&cancelled] { cancelled.Notify(); });
+        const bool was_cancelled =
+            cancelled.WaitForNotificationWithTimeout(script.stall);
+        cancel->Unregister(id);  // Before `cancelled` goes out of scope.
+        if (was_cancelled) {
+          absl::MutexLock lock(&mu_);
+          saw_cancel_ = true;
+          return absl::CancelledError("cancelled by the front end");
+        }
+      }
     }
     uint32_t offset = 0;
     auto send = [&](v1::GenerateResponse chunk) {
@@ -183,6 +220,7 @@ class FakeClientApi : public ClientApi {
   int max_active_ ABSL_GUARDED_BY(mu_) = 0;
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
   bool sink_refused_ ABSL_GUARDED_BY(mu_) = false;
+  bool saw_cancel_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 v1::GenerateResponse TextChunk(const std::string& text, uint32_t id) {
@@ -223,6 +261,37 @@ std::vector<std::string> SseData(const std::string& body) {
   }
   EXPECT_TRUE(absl::EndsWith(body, "\n\n")) << body;
   return out;
+}
+
+// Connects to 127.0.0.1:`port` and sends a POST of `body` to `path`, then
+// reads nothing. Returns the socket, or -1.
+int SendRawPost(int port, absl::string_view path, absl::string_view body) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address),
+                sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const std::string request = absl::StrCat(
+      "POST ", path,
+      " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: ",
+      body.size(), "\r\n\r\n", body);
+  for (size_t sent = 0; sent < request.size();) {
+    const ssize_t n =
+        ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      ::close(fd);
+      return -1;
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return fd;
 }
 
 class HttpFrontendTest : public ::testing::Test {
@@ -562,6 +631,67 @@ TEST_F(HttpFrontendTest, ClientDisconnectMidStreamRefusesSink) {
 
   EXPECT_TRUE(api_.WaitForSinkRefusal(kWait));
   EXPECT_TRUE(api_.WaitForFinished(1, kWait));
+}
+
+TEST_F(HttpFrontendTest, SlowFirstTokenCommitsTo200AndSendsKeepAlives) {
+  // A long prefill: nothing for 1 s. The stream commits to 200 after the
+  // commit delay and writes comments meanwhile (whose failing writes would
+  // tell that the client is gone); the events that follow are unchanged.
+  FakeClientApi::Script script = HelloScript();
+  script.stall = absl::Seconds(1);
+  api_.SetScript(script);
+
+  std::unique_ptr<httplib::Client> client = NewClient();
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  request.set_header("Content-Type", "application/json");
+  request.body =
+      R"({"stream": true, "messages": [{"role": "user", "content": "hi"}]})";
+  std::string received;
+  request.content_receiver = [&received](const char* data, size_t size,
+                                         uint64_t, uint64_t) {
+    received.append(data, size);
+    return true;
+  };
+  httplib::Result result = client->send(request);
+  ASSERT_TRUE(result) << httplib::to_string(result.error());
+  EXPECT_EQ(result->status, 200);
+  EXPECT_THAT(result->get_header_value("Content-Type"),
+              StartsWith("text/event-stream"));
+  const size_t keep_alive = received.find(": keep-alive\n\n");
+  ASSERT_NE(keep_alive, std::string::npos) << received;
+  EXPECT_LT(keep_alive, received.find("data: ")) << received;
+  EXPECT_TRUE(absl::EndsWith(received, "data: [DONE]\n\n")) << received;
+
+  // Without the comments, the body is that of a fast stream.
+  std::vector<std::string> events =
+      SseData(absl::StrReplaceAll(received, {{": keep-alive\n\n", ""}}));
+  ASSERT_EQ(events.size(), 4u) << received;
+  EXPECT_EQ(ParseJson(events[0])["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_EQ(ParseJson(events[2])["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(events[3], "[DONE]");
+}
+
+TEST_F(HttpFrontendTest, ClientGoneBeforeTheFirstTokenCancelsTheRequest) {
+  // The client hangs up while its request waits for a (10 s) prefill: the
+  // stream's next write fails, and the front end cancels the request through
+  // its CancelToken instead of waiting for a chunk the sink could refuse.
+  FakeClientApi::Script script = HelloScript();
+  script.stall = kWait;
+  api_.SetScript(script);
+  const int fd = SendRawPost(frontend_->port(), "/v1/completions",
+                             R"({"prompt": "a", "stream": true})");
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(api_.WaitForStarted(1, kWait));
+  const absl::Time hung_up = absl::Now();
+  ::close(fd);
+
+  // 250 ms commit delay, then a failing write within a poll interval or two.
+  const absl::Time limit = hung_up + absl::Milliseconds(1500);
+  EXPECT_TRUE(api_.WaitForCancel(limit - absl::Now()));
+  EXPECT_TRUE(api_.WaitForFinished(1, limit - absl::Now()));
+  EXPECT_LT(absl::Now(), limit);
 }
 
 TEST_F(HttpFrontendTest, ManyConcurrentStreams) {

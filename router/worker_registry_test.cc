@@ -103,6 +103,45 @@ TEST(WorkerRegistryTest, HeartbeatsKeepTheLeaseAndSilenceExpiresIt) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(WorkerRegistryTest, ExpireLeasesReportsWorkersAListExpiredFirst) {
+  // The sweep cuts the calls still in flight to lost workers; a worker that
+  // a List dropped first must not escape it.
+  auto registry = MakeRegistry();
+  ASSERT_TRUE(
+      registry->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart)
+          .ok());
+  auto lease =
+      *registry->Register(Worker("prefill-0", v1::WORKER_ROLE_PREFILL), kStart);
+  // prefill-0 keeps its lease; decode-0 falls silent.
+  ASSERT_TRUE(
+      registry->Heartbeat(lease.lease_id, {}, kStart + absl::Seconds(2)).ok());
+  const absl::Time later = kStart + absl::Seconds(4);
+  EXPECT_EQ(Ids(registry->List(later, v1::WORKER_ROLE_UNSPECIFIED)),
+            (std::vector<std::string>{"prefill-0"}));
+  EXPECT_EQ(registry->ExpireLeases(later),
+            (std::vector<std::string>{"decode-0"}));
+  // Reported exactly once.
+  EXPECT_TRUE(registry->ExpireLeases(later).empty());
+  EXPECT_TRUE(registry->ExpireLeases(later + absl::Milliseconds(100)).empty());
+}
+
+TEST(WorkerRegistryTest, ExpireLeasesReportsWorkersAHeartbeatExpiredFirst) {
+  auto registry = MakeRegistry();
+  ASSERT_TRUE(
+      registry->Register(Worker("decode-0", v1::WORKER_ROLE_DECODE), kStart)
+          .ok());
+  auto lease = *registry->Register(Worker("prefill-0", v1::WORKER_ROLE_PREFILL),
+                                   kStart + absl::Seconds(2));
+  // prefill-0's heartbeat finds decode-0's lease run out and drops it.
+  const absl::Time later = kStart + absl::Seconds(4);
+  ASSERT_TRUE(registry->Heartbeat(lease.lease_id, {}, later).ok());
+  EXPECT_EQ(Ids(registry->List(later, v1::WORKER_ROLE_UNSPECIFIED)),
+            (std::vector<std::string>{"prefill-0"}));
+  EXPECT_EQ(registry->ExpireLeases(later),
+            (std::vector<std::string>{"decode-0"}));
+  EXPECT_TRUE(registry->ExpireLeases(later).empty());
+}
+
 TEST(WorkerRegistryTest, ReRegisteringReplacesTheOldInstance) {
   auto registry = MakeRegistry();
   auto old_lease =

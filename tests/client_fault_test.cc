@@ -119,12 +119,13 @@ TEST_F(FaultTest, FiftyHttpClientsDisconnectingFreeEverything) {
   EXPECT_LT(took, absl::Milliseconds(1500));
   FaultRow row;
   row.fault =
-      absl::StrCat("50 streaming HTTP clients disconnect (", streaming,
-                   " mid-stream, ", 50 - streaming, " before the first token)");
+      "50 streaming HTTP clients disconnect (some mid-stream, the rest "
+      "before their first token)";
   row.sent = 50;
-  row.rejected = 50;  // Each gone client's request was cancelled.
+  row.rejected = 50;  // Each ended by its own client: nothing to deliver.
   row.recovery = took;
-  row.recovery_what = "disconnect -> every KV block free";
+  row.recovery_what = absl::StrCat("disconnect -> every KV block free (",
+                                   streaming, " were mid-stream)");
   Report(row);
 
   // The router forgot them all: a new request is served.

@@ -122,6 +122,42 @@ TEST_F(WorkerFaultTest, KilledPrefillWorkerIsRetriedElsewhere) {
   Report(row);
 }
 
+// Migrations are bounded: with --max_migrations=0 the streams cut by the
+// dead worker end with a clear INTERNAL error (after the tokens they
+// already had), and the others complete untouched.
+TEST_F(WorkerFaultTest, StreamsFailClearlyPastTheMigrationLimit) {
+  OfflineEngine offline(SlowTinyModelPath());
+  Start("no-migration", 1, 2, {}, {"--max_migrations=0"});
+  const std::vector<v1::GenerateRequest> requests =
+      Requests(8, 40, 120, offline.model().config().vocab_size, 600);
+  std::atomic<bool> killed{false};
+  absl::Time fault;
+  const std::vector<Outcome> got =
+      SendAll(requests, [&](const std::vector<int>& received) {
+        for (int n : received) {
+          if (n < 2) return;
+        }
+        if (!killed.exchange(true)) {
+          fault = absl::Now();
+          Signal("decode-0", SIGKILL);
+        }
+      });
+  ASSERT_TRUE(killed);
+  int failed = 0;
+  for (const Outcome& o : got) {
+    if (o.status.ok()) continue;
+    ++failed;
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kInternal) << o.status;
+    EXPECT_GT(o.tokens.size(), 0u) << "it failed before streaming";
+  }
+  EXPECT_GT(failed, 0) << "no stream was on decode-0 when it died";
+  FaultRow row = Score("kill -9 decode worker, --max_migrations=0", requests,
+                       got, offline, {absl::StatusCode::kInternal});
+  row.recovery = RecoveredSince(fault);
+  row.recovery_what = "kill -> every KV block free";
+  Report(row);
+}
+
 // A hung prefill worker (SIGSTOP) keeps its connections open and answers
 // nothing: its missed lease (1.5 s) gets it dropped and the calls waiting
 // on it cut, and the prompts are prefilled on the other worker. Let go
