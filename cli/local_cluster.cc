@@ -170,8 +170,12 @@ absl::Status LocalCluster::AwaitServing(const std::vector<std::string>& names,
     size_t serving = 0;
     if (listed.ok()) {
       for (const v1::WorkerInfo& w : listed->workers()) {
+        // At the address of its current process: a restarted worker's old
+        // registration may not have expired yet.
+        const LocalProcess* p = Find(w.worker_id());
         serving +=
-            w.state() == v1::WORKER_STATE_SERVING &&
+            w.state() == v1::WORKER_STATE_SERVING && p != nullptr &&
+            w.grpc_address() == p->address &&
             std::find(names.begin(), names.end(), w.worker_id()) != names.end();
       }
     }

@@ -89,8 +89,12 @@ PrefillWorker::~PrefillWorker() {
   {
     absl::MutexLock lock(&mu_);
     left.swap(queue_);
+    // Handed over by a scheduler pass that ended after the finishers did.
+    for (auto& job : finishing_) left.push_back(std::move(job));
+    finishing_.clear();
   }
   for (auto& job : left) {
+    job->writer.reset();
     job->done(absl::UnavailableError("prefill worker shutting down"));
   }
   for (auto& job : active_) {
@@ -115,15 +119,19 @@ void PrefillWorker::BeginDrain() { draining_ = true; }
 
 absl::Status PrefillWorker::Prefill(const v1::PrefillRequest& request,
                                     absl::Time deadline, PrefillDone done) {
-  if (draining_) {
+  absl::Status queued = Enqueue(request, deadline, std::move(done));
+  if (!queued.ok() && request.has_target()) {
     // Refused before any write: the decode worker's blocks are free again
-    // at once (the router cannot tell a refusal from a crash).
-    if (request.has_target()) {
-      ReleaseTarget(request.target(), request.request_id(),
-                    "prefill worker is draining");
-    }
-    return absl::UnavailableError("prefill worker is draining");
+    // at once (the router cannot tell a refusal from a crash, so its own
+    // release only quarantines them).
+    ReleaseTarget(request.target(), request.request_id(), queued.message());
   }
+  return queued;
+}
+
+absl::Status PrefillWorker::Enqueue(const v1::PrefillRequest& request,
+                                    absl::Time deadline, PrefillDone done) {
+  if (draining_) return absl::UnavailableError("prefill worker is draining");
   auto job = std::make_unique<Job>();
   job->tokens = engine::ToTokens(request.prompt_token_ids());
   if (job->tokens.empty()) {
@@ -210,21 +218,26 @@ void PrefillWorker::FailJob(std::unique_ptr<Job> job,
   job->failure = absl::Status(
       status.code(), absl::StrCat("request ", job->request.request_id(), ": ",
                                   status.message()));
-  absl::MutexLock lock(&mu_);
-  if (job->sampled == absl::Time()) queued_tokens_ -= job->tokens.size();
-  if (!job->request.has_target() || stop_) {
-    // Nothing held on a decode worker (or no finisher left to tell it):
-    // answer now.
+  {
+    absl::MutexLock lock(&mu_);
+    if (job->sampled == absl::Time()) queued_tokens_ -= job->tokens.size();
+    if (job->request.has_target() && !stop_) {
+      // The finisher waits for the writes already posted and frees the
+      // decode worker's blocks before answering (see Finish).
+      finishing_.push_back(std::move(job));
+      finisher_wake_.Signal();
+      return;
+    }
+  }
+  // Nothing held on a decode worker (or no finisher left to tell it):
+  // answer now.
+  job->writer.reset();  // Aborts what is in flight.
+  {
+    absl::MutexLock lock(&mu_);
     --inflight_;
     if (job->in_runner) to_release_.push_back(job->seq);
-    job->writer.reset();  // Aborts what is in flight.
-    job->done(job->failure);
-    return;
   }
-  // The finisher waits for the writes already posted and frees the decode
-  // worker's blocks before answering (see Finish).
-  finishing_.push_back(std::move(job));
-  finisher_wake_.Signal();
+  job->done(job->failure);
 }
 
 void PrefillWorker::AdmitJobs(int32_t* budget) {

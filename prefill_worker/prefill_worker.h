@@ -89,7 +89,8 @@ class PrefillWorker {
   void BeginDrain();
 
   // Queues a prompt; `done` gets the result. Errors returned here (bad
-  // request, queue full, draining) mean `done` is never called.
+  // request, queue full, draining) mean `done` is never called; the
+  // request's target, if any, has then been given back to its decode worker.
   absl::Status Prefill(const v1::PrefillRequest& request, absl::Time deadline,
                        PrefillDone done);
   // Drops the request from the queue or the batch; a request whose
@@ -107,6 +108,9 @@ class PrefillWorker {
   struct Job;
   PrefillWorker(const model::Model& model, const PrefillWorkerOptions& options,
                 TransferCompleter* completer);
+  // Prefill without giving the target back on refusal.
+  absl::Status Enqueue(const v1::PrefillRequest& request, absl::Time deadline,
+                       PrefillDone done);
   void SchedulerLoop();
   void FinisherLoop();
   // Scheduler thread: moves queued jobs into the batch while blocks allow.

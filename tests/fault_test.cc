@@ -268,7 +268,8 @@ TEST_F(WorkerFaultTest, WorkersRegisterWithARestartedRouterAndServe) {
   ASSERT_TRUE(killed);
   FaultRow row = Score("kill -9 router mid-stream, restarted", requests, got,
                        offline, {absl::StatusCode::kUnavailable});
-  ASSERT_TRUE(cluster_->Restart("router", absl::Seconds(30)).ok());
+  const absl::Status restarted = cluster_->Restart("router", absl::Seconds(30));
+  ASSERT_TRUE(restarted.ok()) << restarted;
   disturbed_.erase("router");
   ASSERT_NE(AwaitIdle(absl::Seconds(25)), absl::InfiniteDuration());
   row.recovery = absl::Now() - fault;

@@ -31,11 +31,14 @@ struct TransferFault {
   std::string name;   // Test name.
   std::string flags;  // --testing_kv_faults of prefill-0.
   std::string what;   // For the fault table.
-  // Whether the decode worker must count failed transfers (unset: either
-  // way; a stalled transfer's reservation may expire first or be given
-  // back by the writer first), and whether requests must have been retried.
+  // Whether the decode worker must count failed transfers and whether
+  // requests must have been retried (unset: either way. A stalled
+  // transfer's reservation may expire first or be given back by the writer
+  // first; without the transport's notice, which is what says the bytes
+  // have landed, the decode worker waits 1 s for it and then checks what
+  // is there, which on a slow machine may be too early: refused, retried).
   std::optional<bool> refused;
-  bool retried;
+  std::optional<bool> retried;
 };
 
 class TransferFaultTest : public FaultTest,
@@ -65,9 +68,9 @@ TEST_P(TransferFaultTest, RequestsAreRetriedAndNeverAnsweredFromBadKv) {
     retried += o.timing.prefill_attempts() > 1;
     worst_ttft_ms = std::max(worst_ttft_ms, o.client_ttft_ms);
   }
-  if (fault.retried) {
+  if (fault.retried == true) {
     EXPECT_GT(retried, 0) << "no request went to prefill-0";
-  } else {
+  } else if (fault.retried == false) {
     EXPECT_EQ(retried, 0);
   }
   const uint64_t refused = Workers()["decode-0"].load().failed_kv_transfers();
@@ -99,7 +102,7 @@ INSTANTIATE_TEST_SUITE_P(
                       std::nullopt, true},
         TransferFault{"lost_notice", "drop_notices",
                       "transport completion notice lost (gRPC notice kept)",
-                      false, false}),
+                      std::nullopt, std::nullopt}),
     [](const ::testing::TestParamInfo<TransferFault>& info) {
       return info.param.name;
     });

@@ -276,6 +276,8 @@ def check_sse(ck, args, model, prompt):
     payloads = []
     for event in events:
         lines = [ln for ln in event.split("\n") if not ln.startswith(":")]
+        if not lines:
+            continue  # Only SSE comments (the router's keep-alives).
         if not ck.expect(len(lines) == 1 and lines[0].startswith("data: "),
                          "%s: event is not one `data: ` line: %r"
                          % (where, event[:200])):
