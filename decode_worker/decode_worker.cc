@@ -475,8 +475,9 @@ v1::CancelResponse DecodeWorker::Cancel(const v1::CancelRequest& request) {
   for (engine::RequestId id : running) engine_->Cancel(id);
   for (int64_t id : verified) engine_->ReleaseTransfer(id);
   for (const std::string& id : admitted) {
-    // The writer may still be running: its blocks wait out the quarantine.
-    admissions_->Release(id, /*writes_quiesced=*/false, absl::Now())
+    // Unless the router says no writer was ever given the target, one may
+    // still be running: its blocks wait out the quarantine.
+    admissions_->Release(id, request.writes_quiesced(), absl::Now())
         .IgnoreError();
   }
   response.set_found(!running.empty() || !admitted.empty() ||

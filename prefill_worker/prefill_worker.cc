@@ -4,6 +4,8 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -18,6 +20,13 @@ namespace {
 // How long a failed transfer's posted writes get to finish before the
 // decode worker is left to quarantine its blocks.
 constexpr absl::Duration kQuiesceTimeout = absl::Seconds(2);
+// Cancelled attempts remembered, to refuse their Prefill should it come
+// after the cancel.
+constexpr size_t kRememberedCancels = 4096;
+
+std::string AttemptKey(const std::string& request_id, uint32_t attempt) {
+  return absl::StrCat(request_id, "#", attempt);
+}
 
 }  // namespace
 
@@ -182,10 +191,16 @@ absl::Status PrefillWorker::Enqueue(const v1::PrefillRequest& request,
   }
 
   absl::MutexLock lock(&mu_);
+  if (cancelled_.contains(
+          AttemptKey(request.request_id(), request.attempt())) ||
+      cancelled_.contains(AttemptKey(request.request_id(), 0))) {
+    return absl::CancelledError("this attempt was cancelled before it came");
+  }
   if (inflight_ >= options_.max_queued_requests) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "prefill queue full (", options_.max_queued_requests, " requests)"));
   }
+  live_.insert(AttemptKey(request.request_id(), request.attempt()));
   job->seq = next_seq_++;
   queued_tokens_ += job->tokens.size();
   ++inflight_;
@@ -203,12 +218,27 @@ v1::CancelResponse PrefillWorker::Cancel(const v1::CancelRequest& request) {
   absl::MutexLock lock(&mu_);
   cancels_.emplace_back(request.request_id(), request.attempt());
   wake_.SignalAll();
-  // Whether anything is found is known on the scheduler thread; the queue
-  // is what can be answered now.
-  for (const auto& job : queue_) {
-    if (job->request.request_id() == request.request_id()) {
-      response.set_found(true);
+  const std::string key = AttemptKey(request.request_id(), request.attempt());
+  if (cancelled_.insert(key).second) {
+    cancelled_order_.push_back(key);
+    if (cancelled_order_.size() > kRememberedCancels) {
+      cancelled_.erase(cancelled_order_.front());
+      cancelled_order_.pop_front();
     }
+  }
+  const absl::Time now = absl::Now();
+  absl::erase_if(unquiesced_, [now](const auto& e) { return e.second <= now; });
+  // attempt 0: every attempt of the request.
+  const std::string prefix = AttemptKey(request.request_id(), 0);
+  auto matches = [&](const std::string& k) {
+    return request.attempt() != 0
+               ? k == key
+               : absl::StartsWith(k, prefix.substr(0, prefix.size() - 1));
+  };
+  for (const std::string& k : live_)
+    response.set_found(response.found() || matches(k));
+  for (const auto& [k, until] : unquiesced_) {
+    response.set_found(response.found() || matches(k));
   }
   return response;
 }
@@ -236,6 +266,7 @@ void PrefillWorker::FailJob(std::unique_ptr<Job> job,
     absl::MutexLock lock(&mu_);
     --inflight_;
     if (job->in_runner) to_release_.push_back(job->seq);
+    live_.erase(AttemptKey(job->request.request_id(), job->request.attempt()));
   }
   job->done(job->failure);
 }
@@ -544,6 +575,7 @@ void PrefillWorker::Finish(std::unique_ptr<Job> job) {
     // The source blocks may be reused only now that no write reads them.
     if (job->in_runner) to_release_.push_back(job->seq);
     --inflight_;
+    live_.erase(AttemptKey(job->request.request_id(), job->request.attempt()));
     wake_.SignalAll();
   }
   if (status.ok()) {
@@ -564,7 +596,13 @@ void PrefillWorker::GiveBackTarget(Job& job, const absl::Status& why) {
   if (quiesced) {
     ReleaseTarget(job.request.target(), job.request.request_id(),
                   why.message());
+    return;
   }
+  // A write may still land until the target's deadline: a Cancel of the
+  // attempt must say so (found), or its blocks would be freed too early.
+  absl::MutexLock lock(&mu_);
+  unquiesced_[AttemptKey(job.request.request_id(), job.request.attempt())] =
+      std::min(job.transfer_deadline, absl::Now() + absl::Minutes(10));
 }
 
 void PrefillWorker::ReleaseTarget(const v1::KvTransferTarget& target,

@@ -31,6 +31,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -94,7 +96,9 @@ class PrefillWorker {
   absl::Status Prefill(const v1::PrefillRequest& request, absl::Time deadline,
                        PrefillDone done);
   // Drops the request from the queue or the batch; a request whose
-  // transfer is already being completed finishes on its own.
+  // transfer is already being completed finishes on its own. `found` is
+  // false only when no write for the attempt can land now or later (see
+  // CancelResponse.found).
   v1::CancelResponse Cancel(const v1::CancelRequest& request);
 
   v1::ModelInfo model_info() const;
@@ -149,6 +153,16 @@ class PrefillWorker {
   std::deque<std::unique_ptr<Job>> finishing_ ABSL_GUARDED_BY(mu_);
   std::vector<engine::SeqId> to_release_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, uint32_t>> cancels_ ABSL_GUARDED_BY(mu_);
+  // By AttemptKey: the attempts held here (queued, computing or finishing),
+  // and those answered while a write of theirs might still land (until the
+  // time given). Cancel reports both as found: of any other attempt no
+  // write can land, and none ever will, since a Prefill of a cancelled
+  // attempt that arrives late is refused (cancelled_ remembers the last
+  // kRememberedCancels).
+  absl::flat_hash_set<std::string> live_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Time> unquiesced_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> cancelled_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> cancelled_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   // Requests in the queue, the batch or finishing.
   int32_t inflight_ ABSL_GUARDED_BY(mu_) = 0;

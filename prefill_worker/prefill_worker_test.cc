@@ -409,6 +409,39 @@ TEST_F(PrefillWorkerTest, TargetInAGonePeerFailsAndFreesBlocks) {
   EXPECT_EQ(completer_.quiesced_releases, 1);
 }
 
+// A cancel of an attempt the worker never saw answers "not found" (so the
+// router may free its blocks at once), and the worker keeps its word: the
+// attempt's Prefill, arriving late, is refused and its target given back.
+TEST_F(PrefillWorkerTest, AnAttemptCancelledBeforeItArrivesIsRefused) {
+  auto worker = MakeWorker();
+  ASSERT_NE(worker, nullptr);
+  worker->Start();
+  v1::CancelRequest cancel;
+  cancel.set_request_id("late");
+  cancel.set_attempt(1);
+  EXPECT_FALSE(worker->Cancel(cancel).found());
+  v1::PrefillRequest r = Request("late", Prompt(8, 3), Greedy(2));
+  r.mutable_target()->set_transfer_id("decode-x/7");
+  r.mutable_target()->set_notify_address("decode-x");
+  r.mutable_target()->set_num_tokens(8);
+  auto answer = std::make_shared<Answer>();
+  EXPECT_EQ(Submit(*worker, r, answer).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(completer_.quiesced_releases, 1);
+  // Another attempt of the same request is not affected.
+  r.set_attempt(2);
+  r.clear_target();
+  EXPECT_TRUE(PrefillAndWait(*worker, r).ok());
+  // A cancel of a queued or running attempt is found.
+  r.set_attempt(3);
+  ASSERT_TRUE(Submit(*worker, r, answer = std::make_shared<Answer>()).ok());
+  cancel.set_attempt(3);
+  const bool found = worker->Cancel(cancel).found();
+  ASSERT_TRUE(answer->done.WaitForNotificationWithTimeout(kWait));
+  // Unless it had already been answered (then nothing of it can land).
+  EXPECT_TRUE(found || answer->result.ok());
+  EXPECT_TRUE(Idle(*worker));
+}
+
 TEST_F(PrefillWorkerTest, DrainRefusesNewWork) {
   auto worker = MakeWorker();
   ASSERT_NE(worker, nullptr);

@@ -65,17 +65,20 @@ absl::Status WorkerError(absl::string_view what, const absl::Status& status,
 
 // Best-effort Cancel of one attempt of a request on a worker (DecodeWorker
 // or PrefillWorker stub), bounded by a short deadline.
+// Returns whether the worker had (or may have had: no answer) something for
+// the attempt. `writes_quiesced`: no writer was ever given its KV target.
 template <typename Stub>
-void CancelAttempt(Stub* stub, const std::string& request_id,
-                   uint32_t attempt) {
+bool CancelAttempt(Stub* stub, const std::string& request_id, uint32_t attempt,
+                   bool writes_quiesced = false) {
   v1::CancelRequest cancel;
   cancel.set_request_id(request_id);
   cancel.set_attempt(attempt);
   cancel.set_reason(v1::CANCEL_REASON_ROUTER);
+  cancel.set_writes_quiesced(writes_quiesced);
   grpc::ClientContext context;
   SetDeadline(&context, absl::Now() + absl::Seconds(2));
-  v1::CancelResponse ignored;
-  stub->Cancel(&context, cancel, &ignored);
+  v1::CancelResponse response;
+  return !stub->Cancel(&context, cancel, &response).ok() || response.found();
 }
 
 }  // namespace
@@ -121,9 +124,10 @@ class GenerationCore::WorkerCall {
     lost_ = true;
     context_->TryCancel();
   }
-  // `status`, or UNAVAILABLE naming the worker when the call was cut.
+  // `status`, or UNAVAILABLE naming the worker when the call was cut (a
+  // call that succeeded before the cut stands).
   absl::Status Check(absl::Status status) const {
-    if (!lost_) return status;
+    if (!lost_ || status.ok()) return status;
     return absl::UnavailableError(absl::StrCat(
         "worker ", worker_id_, " stopped answering (its lease ran out)"));
   }
@@ -136,8 +140,16 @@ class GenerationCore::WorkerCall {
 };
 
 void GenerationCore::WorkersLost(const std::vector<std::string>& worker_ids) {
+  // A worker already registered again under the same id (it resumed, or a
+  // new process took its name) is not lost: leave its calls alone.
+  absl::flat_hash_set<std::string> registered;
+  for (const WorkerRecord& r :
+       registry_->List(absl::Now(), v1::WORKER_ROLE_UNSPECIFIED)) {
+    registered.insert(r.registration.worker_id);
+  }
   absl::MutexLock lock(&calls_mu_);
   for (const std::string& id : worker_ids) {
+    if (registered.contains(id)) continue;
     auto it = calls_.find(id);
     if (it == calls_.end()) continue;
     PD_LOG(WARNING) << "cutting " << it->second.size() << " call(s) to lost "
@@ -627,8 +639,8 @@ absl::Status GenerationCore::RunDisaggregated(
   // The blocks are useless after the request's deadline: a failed or hung
   // prefill must not hold them longer.
   admit.set_reservation_timeout_ms(absl::ToInt64Milliseconds(
-      std::clamp(deadline - absl::Now(), absl::Milliseconds(1),
-                 options_.reservation_timeout)));
+      std::max(std::min(deadline - absl::Now(), options_.reservation_timeout),
+               absl::Milliseconds(1))));
   admit.set_priority(request.priority());
   const WorkerView* decoder = nullptr;
   v1::AdmitResponse admitted;
@@ -650,8 +662,9 @@ absl::Status GenerationCore::RunDisaggregated(
     if (s.code() == absl::StatusCode::kCancelled ||
         s.code() == absl::StatusCode::kDeadlineExceeded) {
       // The worker may have reserved before the call was cut short: ask it
-      // to drop whatever this attempt holds.
-      CancelAttempt(DecodeStub(candidate->address), state.id(), attempt);
+      // to drop whatever this attempt holds (no prefill was sent for it).
+      CancelAttempt(DecodeStub(candidate->address), state.id(), attempt,
+                    /*writes_quiesced=*/true);
       break;
     }
     if (s.code() == absl::StatusCode::kUnavailable) {
@@ -703,21 +716,26 @@ absl::Status GenerationCore::RunDisaggregated(
   }
   AddOutstanding(prefill.worker_id, -static_cast<int64_t>(tokens.size()), 0);
   if (!prefilled.ok()) {
-    // A refusal before any write lets the blocks go at once; otherwise a
-    // late write may still land, and the decode worker quarantines them.
-    const bool quiesced =
-        prefilled.code() == absl::StatusCode::kInvalidArgument ||
-        prefilled.code() == absl::StatusCode::kResourceExhausted;
-    release(quiesced, absl::StrCat("prefill failed: ",
-                                   absl::StatusCodeToString(prefilled.code())));
+    // Whether a write may still land is known only to the prefill worker,
+    // which frees the blocks itself once its writes are over (or when it
+    // refused the prompt). Told to stop, a worker that has nothing for the
+    // attempt will never write for it (it refuses the attempt should its
+    // Prefill still arrive), so the blocks can go at once; otherwise (and
+    // for a worker that cannot be reached) this release quarantines them.
+    bool may_write = true;
+    if (prefilled.code() != absl::StatusCode::kUnavailable) {
+      may_write =
+          CancelAttempt(PrefillStub(prefill.address), state.id(), attempt);
+    }
+    release(/*writes_quiesced=*/!may_write,
+            absl::StrCat("prefill failed: ",
+                         absl::StatusCodeToString(prefilled.code())));
     // An unreachable prefill worker is the one to avoid next time; a
     // transfer that failed may be either end's fault (a corrupting writer,
     // a receiver that lost its region): the retry avoids both if it can.
     culprits->push_back(prefill.worker_id);
     if (prefilled.code() != absl::StatusCode::kUnavailable) {
       culprits->push_back(decoder->worker_id);
-      // Stop what the prefill worker may still do for this attempt.
-      CancelAttempt(PrefillStub(prefill.address), state.id(), attempt);
     }
     if (state.client_gone()) {
       return absl::CancelledError("the client went away");

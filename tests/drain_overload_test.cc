@@ -68,21 +68,11 @@ TEST_F(FaultTest, DrainDuringLoadFailsNoRequest) {
   }
   // Drain one worker of each pool once a few streams run: by then each
   // holds queued prompts, transfers and running streams.
-  std::atomic<bool> drained{false};
-  absl::Time fault;
-  const std::vector<Outcome> got =
-      SendAll(requests, [&](const std::vector<int>& received) {
-        if (std::count_if(received.begin(), received.end(),
-                          [](int n) { return n > 0; }) < 4) {
-          return;
-        }
-        if (!drained.exchange(true)) {
-          fault = absl::Now();
-          Signal("prefill-0", SIGTERM);
-          Signal("decode-0", SIGTERM);
-        }
-      });
-  ASSERT_TRUE(drained);
+  const FaultedLoad load = SendAllWithFault(requests, StreamsStarted(4),
+                                            {"prefill-0", "decode-0"}, SIGTERM);
+  ASSERT_TRUE(load.fired());
+  const std::vector<Outcome>& got = load.got;
+  const absl::Time fault = load.fault_at;
   FaultRow row =
       Score("SIGTERM (drain) a prefill and a decode worker under load",
             requests, got, offline);

@@ -62,19 +62,11 @@ TEST_F(WorkerFaultTest, KilledDecodeWorkerMidStreamLosesNoToken) {
       Requests(12, 40, 120, offline.model().config().vocab_size, 500);
   // Kill decode-0 once every stream has tokens (so every prefill is done
   // and the streams on decode-0 are cut mid-way).
-  std::atomic<bool> killed{false};
-  absl::Time fault;
-  const std::vector<Outcome> got =
-      SendAll(requests, [&](const std::vector<int>& received) {
-        for (int n : received) {
-          if (n < 2) return;
-        }
-        if (!killed.exchange(true)) {
-          fault = absl::Now();
-          Signal("decode-0", SIGKILL);
-        }
-      });
-  ASSERT_TRUE(killed);
+  const FaultedLoad load =
+      SendAllWithFault(requests, EveryStreamHas(2), {"decode-0"}, SIGKILL);
+  ASSERT_TRUE(load.fired());
+  const std::vector<Outcome>& got = load.got;
+  const absl::Time fault = load.fault_at;
   int migrated = 0;
   for (const Outcome& o : got) {
     migrated += o.timing.migrations() > 0;
@@ -100,16 +92,11 @@ TEST_F(WorkerFaultTest, KilledPrefillWorkerIsRetriedElsewhere) {
       Requests(32, 40, 8, offline.model().config().vocab_size, 900);
   // Kill prefill-0 as soon as the first answer starts: most prompts are
   // still queued or computing on both prefill workers.
-  std::atomic<bool> killed{false};
-  absl::Time fault;
-  const std::vector<Outcome> got =
-      SendAll(requests, [&](const std::vector<int>&) {
-        if (!killed.exchange(true)) {
-          fault = absl::Now();
-          Signal("prefill-0", SIGKILL);
-        }
-      });
-  ASSERT_TRUE(killed);
+  const FaultedLoad load =
+      SendAllWithFault(requests, AnyAnswer(), {"prefill-0"}, SIGKILL);
+  ASSERT_TRUE(load.fired());
+  const std::vector<Outcome>& got = load.got;
+  const absl::Time fault = load.fault_at;
   int retried = 0;
   for (const Outcome& o : got) retried += o.timing.prefill_attempts() > 1;
   EXPECT_GT(retried, 0) << "no prefill was on prefill-0 when it died";
@@ -130,19 +117,11 @@ TEST_F(WorkerFaultTest, StreamsFailClearlyPastTheMigrationLimit) {
   Start("no-migration", 1, 2, {}, {"--max_migrations=0"});
   const std::vector<v1::GenerateRequest> requests =
       Requests(8, 40, 120, offline.model().config().vocab_size, 600);
-  std::atomic<bool> killed{false};
-  absl::Time fault;
-  const std::vector<Outcome> got =
-      SendAll(requests, [&](const std::vector<int>& received) {
-        for (int n : received) {
-          if (n < 2) return;
-        }
-        if (!killed.exchange(true)) {
-          fault = absl::Now();
-          Signal("decode-0", SIGKILL);
-        }
-      });
-  ASSERT_TRUE(killed);
+  const FaultedLoad load =
+      SendAllWithFault(requests, EveryStreamHas(2), {"decode-0"}, SIGKILL);
+  ASSERT_TRUE(load.fired());
+  const std::vector<Outcome>& got = load.got;
+  const absl::Time fault = load.fault_at;
   int failed = 0;
   for (const Outcome& o : got) {
     if (o.status.ok()) continue;
@@ -167,16 +146,11 @@ TEST_F(WorkerFaultTest, HungPrefillWorkerIsRetriedElsewhere) {
   Start("hang-prefill", 2, 1);
   const std::vector<v1::GenerateRequest> requests =
       Requests(16, 40, 8, offline.model().config().vocab_size, 300);
-  std::atomic<bool> stopped{false};
-  absl::Time fault;
-  const std::vector<Outcome> got =
-      SendAll(requests, [&](const std::vector<int>&) {
-        if (!stopped.exchange(true)) {
-          fault = absl::Now();
-          Signal("prefill-0", SIGSTOP);
-        }
-      });
-  ASSERT_TRUE(stopped);
+  const FaultedLoad load =
+      SendAllWithFault(requests, AnyAnswer(), {"prefill-0"}, SIGSTOP);
+  ASSERT_TRUE(load.fired());
+  const std::vector<Outcome>& got = load.got;
+  const absl::Time fault = load.fault_at;
   int retried = 0;
   for (const Outcome& o : got) retried += o.timing.prefill_attempts() > 1;
   EXPECT_GT(retried, 0) << "no prefill was on prefill-0 when it hung";
@@ -218,19 +192,11 @@ TEST_F(WorkerFaultTest, HungDecodeWorkerMidStreamLosesNoToken) {
   Start("hang-decode", 1, 2);
   const std::vector<v1::GenerateRequest> requests =
       Requests(8, 40, 120, offline.model().config().vocab_size, 100);
-  std::atomic<bool> stopped{false};
-  absl::Time fault;
-  const std::vector<Outcome> got =
-      SendAll(requests, [&](const std::vector<int>& received) {
-        for (int n : received) {
-          if (n < 2) return;
-        }
-        if (!stopped.exchange(true)) {
-          fault = absl::Now();
-          Signal("decode-0", SIGSTOP);
-        }
-      });
-  ASSERT_TRUE(stopped);
+  const FaultedLoad load =
+      SendAllWithFault(requests, EveryStreamHas(2), {"decode-0"}, SIGSTOP);
+  ASSERT_TRUE(load.fired());
+  const std::vector<Outcome>& got = load.got;
+  const absl::Time fault = load.fault_at;
   int migrated = 0;
   for (const Outcome& o : got) migrated += o.timing.migrations() > 0;
   EXPECT_GT(migrated, 0) << "no stream was on decode-0 when it hung";
@@ -253,19 +219,11 @@ TEST_F(WorkerFaultTest, WorkersRegisterWithARestartedRouterAndServe) {
   Start("router-restart", 1, 1);
   const std::vector<v1::GenerateRequest> requests =
       Requests(8, 40, 200, offline.model().config().vocab_size, 50);
-  std::atomic<bool> killed{false};
-  absl::Time fault;
-  const std::vector<Outcome> got =
-      SendAll(requests, [&](const std::vector<int>& received) {
-        for (int n : received) {
-          if (n < 2) return;
-        }
-        if (!killed.exchange(true)) {
-          fault = absl::Now();
-          Signal("router", SIGKILL);
-        }
-      });
-  ASSERT_TRUE(killed);
+  const FaultedLoad load =
+      SendAllWithFault(requests, EveryStreamHas(2), {"router"}, SIGKILL);
+  ASSERT_TRUE(load.fired());
+  const std::vector<Outcome>& got = load.got;
+  const absl::Time fault = load.fault_at;
   FaultRow row = Score("kill -9 router mid-stream, restarted", requests, got,
                        offline, {absl::StatusCode::kUnavailable});
   const absl::Status restarted = cluster_->Restart("router", absl::Seconds(30));

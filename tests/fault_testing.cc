@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -109,6 +111,37 @@ std::vector<Outcome> FaultTest::SendAll(
   }
   for (std::thread& t : clients) t.join();
   return got;
+}
+
+FaultTest::FaultedLoad FaultTest::SendAllWithFault(
+    const std::vector<v1::GenerateRequest>& requests, const Progress& ready,
+    const std::vector<std::string>& targets, int signal) {
+  FaultedLoad load;
+  std::atomic<bool> fired{false};
+  load.got = SendAll(requests, [&](const std::vector<int>& received) {
+    if (!ready(received) || fired.exchange(true)) return;
+    load.fault_at = absl::Now();
+    for (const std::string& name : targets) Signal(name, signal);
+  });
+  return load;
+}
+
+FaultTest::Progress FaultTest::EveryStreamHas(int tokens) {
+  return [tokens](const std::vector<int>& received) {
+    return std::all_of(received.begin(), received.end(),
+                       [tokens](int n) { return n >= tokens; });
+  };
+}
+
+FaultTest::Progress FaultTest::StreamsStarted(int streams) {
+  return [streams](const std::vector<int>& received) {
+    return std::count_if(received.begin(), received.end(),
+                         [](int n) { return n > 0; }) >= streams;
+  };
+}
+
+FaultTest::Progress FaultTest::AnyAnswer() {
+  return [](const std::vector<int>&) { return true; };
 }
 
 void FaultTest::Signal(const std::string& name, int signal) {

@@ -67,6 +67,27 @@ class FaultTest : public ::testing::Test {
       const std::function<void(const std::vector<int>&)>& on_progress =
           nullptr);
 
+  // A load with a fault injected part-way: the outcomes, and when the
+  // fault was injected (InfiniteFuture if the moment never came).
+  struct FaultedLoad {
+    std::vector<Outcome> got;
+    absl::Time fault_at = absl::InfiniteFuture();
+    bool fired() const { return fault_at != absl::InfiniteFuture(); }
+  };
+  using Progress = std::function<bool(const std::vector<int>& received)>;
+  // Sends every request (as SendAll) and, the first time `ready` holds for
+  // the tokens received so far, sends `signal` to each of `targets`.
+  FaultedLoad SendAllWithFault(const std::vector<v1::GenerateRequest>& requests,
+                               const Progress& ready,
+                               const std::vector<std::string>& targets,
+                               int signal);
+  // Progress conditions: every stream has at least `tokens` tokens (so every
+  // prefill is done and streams are cut mid-way); at least `streams` streams
+  // have started; any answer has started (most prompts still in prefill).
+  static Progress EveryStreamHas(int tokens);
+  static Progress StreamsStarted(int streams);
+  static Progress AnyAnswer();
+
   // Sends `signal` to a worker (SIGKILL and SIGSTOP mark it as one whose
   // exit status is not checked).
   void Signal(const std::string& name, int signal);
