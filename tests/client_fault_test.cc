@@ -115,8 +115,12 @@ TEST_F(FaultTest, FiftyHttpClientsDisconnectingFreeEverything) {
 
   ASSERT_NE(AwaitIdle(absl::Seconds(10)), absl::InfiniteDuration());
   const absl::Duration took = absl::Now() - closed;
-  // Observed through heartbeats every 200 ms: the work stops sooner.
-  EXPECT_LT(took, absl::Milliseconds(1500));
+  // Typically about half a second, observed through heartbeats every
+  // 200 ms (the work stops sooner). The bound leaves room for this 2-core
+  // machine's outliers (1.56 s once in 10 runs: 50 cancellations, each a
+  // few RPCs, queued behind the clients' own threads); a disconnect that
+  // went unnoticed would take the 10 s the wait allows.
+  EXPECT_LT(took, absl::Seconds(2));
   FaultRow row;
   row.fault =
       "50 streaming HTTP clients disconnect (some mid-stream, the rest "
