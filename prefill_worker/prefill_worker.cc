@@ -133,7 +133,14 @@ absl::Status PrefillWorker::Prefill(const v1::PrefillRequest& request,
     // Refused before any write: the decode worker's blocks are free again
     // at once (the router cannot tell a refusal from a crash, so its own
     // release only quarantines them).
-    ReleaseTarget(request.target(), request.request_id(), queued.message());
+    // A finisher sends it: this runs on a gRPC callback thread, which
+    // must not wait on another RPC.
+    absl::MutexLock lock(&mu_);
+    if (!stop_) {
+      refused_targets_.push_back({request.target(), request.request_id(),
+                                  std::string(queued.message())});
+      finisher_wake_.Signal();
+    }
   }
   return queued;
 }
@@ -530,14 +537,27 @@ void PrefillWorker::SchedulerLoop() {
 void PrefillWorker::FinisherLoop() {
   for (;;) {
     std::unique_ptr<Job> job;
+    std::optional<RefusedTarget> refused;
     {
       absl::MutexLock lock(&mu_);
-      while (finishing_.empty() && !stop_) finisher_wake_.Wait(&mu_);
-      if (finishing_.empty()) return;
-      job = std::move(finishing_.front());
-      finishing_.pop_front();
+      while (finishing_.empty() && refused_targets_.empty() && !stop_) {
+        finisher_wake_.Wait(&mu_);
+      }
+      if (!refused_targets_.empty()) {
+        refused = std::move(refused_targets_.front());
+        refused_targets_.pop_front();
+      } else if (!finishing_.empty()) {
+        job = std::move(finishing_.front());
+        finishing_.pop_front();
+      } else {
+        return;
+      }
     }
-    Finish(std::move(job));
+    if (refused.has_value()) {
+      ReleaseTarget(refused->target, refused->request_id, refused->why);
+    } else {
+      Finish(std::move(job));
+    }
   }
 }
 

@@ -26,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -151,6 +152,13 @@ class PrefillWorker {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<std::unique_ptr<Job>> finishing_ ABSL_GUARDED_BY(mu_);
+  // Targets of refused prompts, for a finisher to give back.
+  struct RefusedTarget {
+    v1::KvTransferTarget target;
+    std::string request_id;
+    std::string why;
+  };
+  std::deque<RefusedTarget> refused_targets_ ABSL_GUARDED_BY(mu_);
   std::vector<engine::SeqId> to_release_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, uint32_t>> cancels_ ABSL_GUARDED_BY(mu_);
   // By AttemptKey: the attempts held here (queued, computing or finishing),

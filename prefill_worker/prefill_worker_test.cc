@@ -426,6 +426,11 @@ TEST_F(PrefillWorkerTest, AnAttemptCancelledBeforeItArrivesIsRefused) {
   r.mutable_target()->set_num_tokens(8);
   auto answer = std::make_shared<Answer>();
   EXPECT_EQ(Submit(*worker, r, answer).code(), absl::StatusCode::kCancelled);
+  // Given back by a finisher thread, not the caller's.
+  const absl::Time give_up = absl::Now() + kWait;
+  while (completer_.quiesced_releases == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_EQ(completer_.quiesced_releases, 1);
   // Another attempt of the same request is not affected.
   r.set_attempt(2);
