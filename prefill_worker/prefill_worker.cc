@@ -236,17 +236,14 @@ v1::CancelResponse PrefillWorker::Cancel(const v1::CancelRequest& request) {
   const absl::Time now = absl::Now();
   absl::erase_if(unquiesced_, [now](const auto& e) { return e.second <= now; });
   // attempt 0: every attempt of the request.
-  const std::string prefix = AttemptKey(request.request_id(), 0);
+  const std::string any_attempt = absl::StrCat(request.request_id(), "#");
   auto matches = [&](const std::string& k) {
-    return request.attempt() != 0
-               ? k == key
-               : absl::StartsWith(k, prefix.substr(0, prefix.size() - 1));
+    return request.attempt() != 0 ? k == key : absl::StartsWith(k, any_attempt);
   };
-  for (const std::string& k : live_)
-    response.set_found(response.found() || matches(k));
-  for (const auto& [k, until] : unquiesced_) {
-    response.set_found(response.found() || matches(k));
-  }
+  response.set_found(
+      std::any_of(live_.begin(), live_.end(), matches) ||
+      std::any_of(unquiesced_.begin(), unquiesced_.end(),
+                  [&](const auto& e) { return matches(e.first); }));
   return response;
 }
 

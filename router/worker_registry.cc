@@ -142,11 +142,9 @@ std::vector<std::string> WorkerRegistry::ExpireLeases(absl::Time now) {
   return expired;
 }
 
-std::vector<std::string> WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
-  std::vector<std::string> expired;
+void WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (it->second.lease_expiry <= now) {
-      expired.push_back(it->first);
       unreported_expired_.push_back(it->first);
       prefix_keys_.erase(it->first);
       leases_.erase(it->second.lease_id);
@@ -155,8 +153,6 @@ std::vector<std::string> WorkerRegistry::ExpireLeasesLocked(absl::Time now) {
       ++it;
     }
   }
-  std::sort(expired.begin(), expired.end());
-  return expired;
 }
 
 int32_t WorkerRegistry::CachedPrefixBlocks(

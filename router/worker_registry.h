@@ -139,8 +139,9 @@ class WorkerRegistry {
   WorkerRegistry(const WorkerRegistryOptions& options, std::string router_id)
       : options_(options), router_id_(std::move(router_id)) {}
 
-  std::vector<std::string> ExpireLeasesLocked(absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Removes workers whose lease ran out, adding them to
+  // unreported_expired_ (which ExpireLeases hands out).
+  void ExpireLeasesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const WorkerRegistryOptions options_;
   const std::string router_id_;
