@@ -14,12 +14,15 @@
 //     B in {1, 8, 32, 64}.
 // Prints a table and writes JSON (--json_out). Token ids are synthetic
 // (valid ids spread over the vocabulary); speed does not depend on them.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/thread_pool.h"
@@ -38,6 +42,9 @@ ABSL_FLAG(std::string, model, "", "GGUF model (default: the default model)");
 ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
 ABSL_FLAG(int32_t, runs, 5, "Runs per measurement (the median is reported)");
 ABSL_FLAG(std::string, json_out, "", "Write the results as JSON here");
+ABSL_FLAG(std::string, only, "",
+          "Run only these parts (comma-separated: prefill, decode, batched), "
+          "e.g. to profile one; the table then shows 0 for the others");
 
 namespace pdserve {
 namespace {
@@ -48,20 +55,70 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// GB/s of a parallel read over 512 MiB.
-double ReadBandwidthGbps(common::ThreadPool& pool) {
+// Sum of v[begin, end) read as wide as the CPU allows: the read bandwidth
+// of a scalar loop is bound by the core, not by memory (here it measured
+// half of what the kernels stream).
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) uint64_t SumAvx512(const uint64_t* v,
+                                                      int64_t begin,
+                                                      int64_t end) {
+  __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(),
+                    _mm512_setzero_si512(), _mm512_setzero_si512()};
+  int64_t i = begin;
+  for (; i < end && reinterpret_cast<uintptr_t>(v + i) % 64 != 0; ++i) {
+    acc[0] = _mm512_add_epi64(acc[0], _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0,
+                                                       static_cast<int64_t>(v[i])));
+  }
+  for (; i + 32 <= end; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      acc[k] = _mm512_add_epi64(acc[k], _mm512_load_si512(v + i + 8 * k));
+    }
+  }
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(acc[0], acc[1]),
+                                             _mm512_add_epi64(acc[2], acc[3])));
+  uint64_t sum = 0;
+  for (uint64_t l : lanes) sum += l;
+  for (; i < end; ++i) sum += v[i];
+  return sum;
+}
+#endif
+
+uint64_t Sum(const uint64_t* v, int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return SumAvx512(v, begin, end);
+#endif
+  uint64_t s[4] = {};
+  int64_t i = begin;
+  for (; i + 4 <= end; i += 4) {
+    for (int k = 0; k < 4; ++k) s[k] += v[i + k];
+  }
+  for (; i < end; ++i) s[0] += v[i];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// GB/s of parallel reads over 512 MiB, one sample per pass over a buffer
+// written once beforehand (as the engine reads weights that are already
+// mapped), median of `runs` passes.
+double ReadBandwidthGbps(common::ThreadPool& pool, int runs) {
   const int64_t n = (int64_t{512} << 20) / sizeof(uint64_t);
-  std::vector<uint64_t> buffer(n, 1);
-  std::atomic<uint64_t> total{0};
-  const absl::Time start = absl::Now();
-  pool.ParallelFor(n, [&](int64_t begin, int64_t end) {
-    uint64_t sum = 0;
-    for (int64_t i = begin; i < end; ++i) sum += buffer[i];
-    total.fetch_add(sum);  // keeps the reads from being optimized away
-  });
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (total.load() != static_cast<uint64_t>(n)) std::cerr << "bad sum\n";
-  return n * sizeof(uint64_t) / seconds / 1e9;
+  std::vector<uint64_t> buffer(n + 8, 1);
+  // Cache-line aligned: wide loads that straddle two lines read slower.
+  const uint64_t* data = buffer.data();
+  while (reinterpret_cast<uintptr_t>(data) % 64 != 0) ++data;
+  std::vector<double> samples;
+  for (int i = 0; i < runs; ++i) {
+    std::atomic<uint64_t> total{0};
+    const absl::Time start = absl::Now();
+    pool.ParallelFor(n, [&](int64_t begin, int64_t end) {
+      // Kept: the sum is checked, so the reads cannot be optimized away.
+      total.fetch_add(Sum(data, begin, end));
+    });
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    if (total.load() != static_cast<uint64_t>(n)) std::cerr << "bad sum\n";
+    samples.push_back(n * sizeof(uint64_t) / seconds / 1e9);
+  }
+  return Median(samples);
 }
 
 std::vector<int32_t> Tokens(int n, int salt, int vocab) {
@@ -112,14 +169,20 @@ int Main() {
   engine::SeqId next_id = 1;
 
   std::vector<double> samples;
-  for (int i = 0; i < runs; ++i) samples.push_back(ReadBandwidthGbps(pool));
-  r.bandwidth_gbps = Median(samples);
+  r.bandwidth_gbps = ReadBandwidthGbps(pool, runs);
   // Bytes one decode step reads: every matrix once, plus an embedding row.
   const double step_bytes =
       m.weights().matrix_bytes + m.weights().token_embedding.row_bytes;
   r.roofline = r.bandwidth_gbps * 1e9 / step_bytes;
 
+  const std::string only = absl::GetFlag(FLAGS_only);
+  const std::vector<std::string> parts = absl::StrSplit(only, ',');
+  auto wanted = [&](const std::string& part) {
+    return only.empty() ||
+           std::find(parts.begin(), parts.end(), part) != parts.end();
+  };
   for (int len : {128, 512}) {
+    if (!wanted("prefill")) break;
     samples.clear();
     for (int i = 0; i < runs; ++i) {
       const std::vector<int32_t> prompt = Tokens(len, i, vocab);
@@ -163,9 +226,12 @@ int Main() {
     return batch * steps / seconds;
   };
   samples.clear();
-  for (int i = 0; i < runs; ++i) samples.push_back(decode(1, 128, i));
-  r.decode_single = Median(samples);
+  for (int i = 0; i < runs && wanted("decode"); ++i) {
+    samples.push_back(decode(1, 128, i));
+  }
+  if (!samples.empty()) r.decode_single = Median(samples);
   for (int batch : {1, 8, 32, 64}) {
+    if (!wanted("batched")) break;
     samples.clear();
     for (int i = 0; i < runs; ++i) samples.push_back(decode(batch, 32, i));
     r.batched.push_back({batch, Median(samples)});

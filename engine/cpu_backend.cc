@@ -19,25 +19,6 @@ using kv_transfer::KvHalf;
 using model::GgmlType;
 using model::WeightMatrix;
 
-// fp16 -> fp32 by table, as ggml does on CPUs without F16C in the baseline:
-// attention reads every cached K and V element through it.
-const float* Fp16Table() {
-  static const std::array<float, 65536>* table = [] {
-    auto* t = new std::array<float, 65536>;
-    for (uint32_t i = 0; i < 65536; ++i) {
-      (*t)[i] = kernels::Fp16ToFp32(static_cast<uint16_t>(i));
-    }
-    return t;
-  }();
-  return table->data();
-}
-
-// Rounds through fp16, as ggml does when an f32 operand meets an f16 one in
-// a matrix product.
-inline float RoundFp16(float x, const float* table) {
-  return table[kernels::Fp32ToFp16(x)];
-}
-
 }  // namespace
 
 int64_t CountLogitsRows(const ForwardBatch& batch) {
@@ -67,7 +48,6 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "the CPU backend keeps KV in fp16, not ", v1::KvDtype_Name(l.dtype())));
   }
-  Fp16Table();  // build it now rather than inside the first request
   return std::unique_ptr<CpuBackend>(
       new CpuBackend(config, weights, std::move(pool), options));
 }
@@ -207,10 +187,8 @@ void CpuBackend::StoreKv(const ForwardBatch& batch, int layer, int n_tokens) {
         pool_->Slot(layer, block, KvHalf::kKey, pos % bs));
     auto* vdst = reinterpret_cast<uint16_t*>(
         pool_->Slot(layer, block, KvHalf::kValue, pos % bs));
-    for (int i = 0; i < kv; ++i) {
-      kdst[i] = kernels::Fp32ToFp16(k_[int64_t{t} * kv + i]);
-      vdst[i] = kernels::Fp32ToFp16(v_[int64_t{t} * kv + i]);
-    }
+    kernels::Fp32ToFp16Row(k_.data() + int64_t{t} * kv, kv, kdst);
+    kernels::Fp32ToFp16Row(v_.data() + int64_t{t} * kv, kv, vdst);
   }
 }
 
@@ -220,17 +198,25 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
   const int d = config_.head_dim;
   const int32_t bs = pool_->layout().block_size_tokens();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float* f16 = Fp16Table();
 
+  // A token's attention costs grow with its position, and ParallelFor gives
+  // each thread one contiguous range: items go in zig-zag token order
+  // (first, last, second, second to last, ...) so that the ranges carry
+  // about the same work. Every (token, head) is computed the same way
+  // whichever thread takes it.
   threads_.ParallelFor(int64_t{n_tokens} * heads, [&](int64_t begin,
                                                       int64_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<float> probs;
     thread_local std::vector<uint16_t> q16;
+    thread_local std::vector<uint16_t> p16;
+    thread_local std::vector<const uint16_t*> krows;
     thread_local std::vector<const uint16_t*> vrows;
     q16.resize(d);
     for (int64_t item = begin; item < end; ++item) {
-      const int t = static_cast<int>(item / heads);
+      const int64_t slot = item / heads;
+      const int t =
+          static_cast<int>(slot % 2 == 0 ? slot / 2 : n_tokens - 1 - slot / 2);
       const int h = static_cast<int>(item % heads);
       const int kvh = h / group;
       const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
@@ -247,19 +233,26 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       // -inf; softmax works in chunks of 16, so padding to 16 is enough
       // for the same sums.
       const int32_t n_pad = (n_ctx + 15) / 16 * 16;
-      const float* q = q_.data() + (int64_t{t} * heads + h) * d;
-      for (int i = 0; i < d; ++i) q16[i] = kernels::Fp32ToFp16(q[i]);
+      kernels::Fp32ToFp16Row(q_.data() + (int64_t{t} * heads + h) * d, d,
+                             q16.data());
       scores.resize(n_pad);
       probs.resize(n_pad);
+      p16.resize(n_pad);
+      krows.resize(n_ctx);
       vrows.resize(n_ctx);
-
+      for (int32_t j = 0; j < n_ctx; ++j) {
+        const BlockId block = c.block_table[j / bs];
+        krows[j] = reinterpret_cast<const uint16_t*>(
+                       pool_->Slot(layer, block, KvHalf::kKey, j % bs)) +
+                   kvh * d;
+        vrows[j] = reinterpret_cast<const uint16_t*>(
+                       pool_->Slot(layer, block, KvHalf::kValue, j % bs)) +
+                   kvh * d;
+      }
+      kernels::DotF16Many(order, d, krows.data(), n_ctx, q16.data(), scale,
+                          scores.data());
       float max_score = -std::numeric_limits<float>::infinity();
       for (int32_t j = 0; j < n_ctx; ++j) {
-        const auto* kj =
-            reinterpret_cast<const uint16_t*>(pool_->Slot(
-                layer, c.block_table[j / bs], KvHalf::kKey, j % bs)) +
-            kvh * d;
-        scores[j] = kernels::DotF16(order, d, kj, q16.data()) * scale;
         max_score = std::max(max_score, scores[j]);
       }
       for (int32_t j = n_ctx; j < n_pad; ++j) {
@@ -268,12 +261,10 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       const double denom =
           kernels::SoftMaxGgml(n_pad, scores.data(), max_score, probs.data());
       const float inv = static_cast<float>(1.0 / denom);
-      for (int32_t j = 0; j < n_ctx; ++j) {
-        probs[j] = RoundFp16(probs[j] * inv, f16);
-        vrows[j] = reinterpret_cast<const uint16_t*>(pool_->Slot(
-                       layer, c.block_table[j / bs], KvHalf::kValue, j % bs)) +
-                   kvh * d;
-      }
+      // Rounded through fp16, as ggml rounds them for the f16 product.
+      for (int32_t j = 0; j < n_ctx; ++j) probs[j] *= inv;
+      kernels::Fp32ToFp16Row(probs.data(), n_ctx, p16.data());
+      kernels::Fp16ToFp32Row(p16.data(), n_ctx, probs.data());
       kernels::WeightedRowSumF16(order, n_ctx, probs.data(), vrows.data(), d,
                                  attn_.data() + (int64_t{t} * heads + h) * d);
     }

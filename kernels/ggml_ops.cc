@@ -40,10 +40,127 @@ inline float ReduceAdd16(const float* v) {
 }
 
 bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("f16c") &&
-                           __builtin_cpu_supports("fma");
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c") &&
+      __builtin_cpu_supports("fma");
   return have;
+}
+
+// ---------------------------------------------------------------------------
+// AVX-512 forms of the functions below: ggml's own vector code, which the
+// scalar functions emulate lane by lane, so both give the same bits
+// (ggml_ops_test compares them on every input it has).
+#define PD_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma")))
+
+PD_AVX512 inline __m512 LoadHalves16(const uint16_t* p) {
+  // maskz: the plain form trips GCC 12's -Wmaybe-uninitialized.
+  return _mm512_maskz_cvtph_ps(
+      0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// ReduceAdd16, in registers.
+PD_AVX512 inline float ReduceAdd16Avx512(__m512 v) {
+  const __m256 a =
+      _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+  const __m128 b =
+      _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+PD_AVX512 float DotF16GgmlAvx512(int64_t n, const uint16_t* x,
+                                 const uint16_t* y, const float* half) {
+  const int64_t np = n & ~int64_t{63};
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t i = 0; i < np; i += 64) {
+    for (int k = 0; k < 4; ++k) {
+      acc[k] = _mm512_fmadd_ps(LoadHalves16(x + i + k * kLanes),
+                               LoadHalves16(y + i + k * kLanes), acc[k]);
+    }
+  }
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]),
+                                 _mm512_add_ps(acc[1], acc[3]));
+  double sum = ReduceAdd16Avx512(s);
+  for (int64_t e = np; e < n; ++e) {
+    sum += static_cast<double>(half[x[e]] * half[y[e]]);
+  }
+  return static_cast<float>(sum);
+}
+
+PD_AVX512 float DotF16TinyBlasAvx512(int64_t n, const uint16_t* x,
+                                     const uint16_t* y) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t e = 0;
+  for (; e + kLanes <= n; e += kLanes) {
+    acc = _mm512_fmadd_ps(LoadHalves16(x + e), LoadHalves16(y + e), acc);
+  }
+  if (e < n) {  // lanes past n keep their sums (mask3: acc where unset)
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - e)) - 1);
+    const __m512 xv =
+        _mm512_maskz_cvtph_ps(m, _mm256_maskz_loadu_epi16(m, x + e));
+    const __m512 yv =
+        _mm512_maskz_cvtph_ps(m, _mm256_maskz_loadu_epi16(m, y + e));
+    acc = _mm512_mask3_fmadd_ps(xv, yv, acc, m);
+  }
+  return ReduceAdd16Avx512(acc);
+}
+
+// ExpGgml on sixteen lanes.
+PD_AVX512 inline __m512 ExpGgml16(__m512 x) {
+  const __m512 r = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+  const __m512 n = _mm512_sub_ps(z, r);
+  __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x);
+  b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), b);
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 p1 =
+      _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f));
+  const __m512 p2 = _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b,
+                                    _mm512_set1_ps(0x1.fffdb6p-2f));
+  const __m512 p3 = _mm512_fmadd_ps(b, _mm512_set1_ps(0x1.0e402p-7f),
+                                    _mm512_set1_ps(0x1.573e2ep-5f));
+  __m512 j = _mm512_fmadd_ps(p3, u, p2);
+  j = _mm512_fmadd_ps(j, u, p1);
+  const __m512 scaled = _mm512_scalef_ps(j, n);
+  // |n| > 192: 0 or +inf by the sign of n (a NaN n compares false and stays
+  // NaN through scalef).
+  const __mmask16 big =
+      _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+  const __mmask16 positive =
+      _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_GT_OQ);
+  const __m512 limit = _mm512_maskz_mov_ps(
+      positive, _mm512_set1_ps(std::numeric_limits<float>::infinity()));
+  return _mm512_mask_blend_ps(big, scaled, limit);
+}
+
+PD_AVX512 double SoftMaxChunksAvx512(int64_t chunks, const float* x, float max,
+                                     float* y) {
+  double sum = 0;
+  const __m512 m = _mm512_set1_ps(max);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __m512 v =
+        ExpGgml16(_mm512_sub_ps(_mm512_loadu_ps(x + c * kLanes), m));
+    _mm512_storeu_ps(y + c * kLanes, v);
+    sum += static_cast<double>(ReduceAdd16Avx512(v));
+  }
+  return sum;
+}
+
+PD_AVX512 void SwiGluChunksAvx512(int64_t chunks, const float* g,
+                                  const float* u, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __m512 x = _mm512_loadu_ps(g + c * kLanes);
+    const __m512 silu = _mm512_div_ps(
+        x,
+        _mm512_add_ps(one, ExpGgml16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    _mm512_storeu_ps(out + c * kLanes,
+                     _mm512_mul_ps(silu, _mm512_loadu_ps(u + c * kLanes)));
+  }
 }
 
 // Per-thread accumulators for WeightedRowSumF16: [slot][lane][d] floats.
@@ -84,9 +201,48 @@ __attribute__((target("avx512f,f16c,fma"))) void AccumulateAvx512(
   }
 }
 
+double SoftMax(int64_t n, const float* x, float max, float* y, bool avx512) {
+  double sum = 0;
+  int64_t i = 0;
+  if (avx512) {
+    sum = SoftMaxChunksAvx512(n / kLanes, x, max, y);
+    i = n / kLanes * kLanes;
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) y[i + l] = ExpGgml(x[i + l] - max);
+    sum += static_cast<double>(ReduceAdd16(y + i));
+  }
+  for (; i < n; ++i) {
+    const float v = std::exp(x[i] - max);
+    sum += static_cast<double>(v);
+    y[i] = v;
+  }
+  return sum;
+}
+
+void SwiGlu(int64_t n, const float* g, const float* u, float* out,
+            bool avx512) {
+  int64_t i = 0;
+  if (avx512) {
+    SwiGluChunksAvx512(n / kLanes, g, u, out);
+    i = n / kLanes * kLanes;
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      out[i + l] = SiluGgml(g[i + l]) * u[i + l];
+    }
+  }
+  for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
 }  // namespace
 
 float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y) {
+  if (HaveAvx512()) return DotF16GgmlAvx512(n, x, y, HalfTable());
+  return DotF16GgmlPortable(n, x, y);
+}
+
+float DotF16GgmlPortable(int64_t n, const uint16_t* x, const uint16_t* y) {
   const float* half = HalfTable();
   const int64_t np = n & ~int64_t{63};
   float acc[4][kLanes] = {};
@@ -111,6 +267,11 @@ float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y) {
 }
 
 float DotF16TinyBlas(int64_t n, const uint16_t* x, const uint16_t* y) {
+  if (HaveAvx512()) return DotF16TinyBlasAvx512(n, x, y);
+  return DotF16TinyBlasPortable(n, x, y);
+}
+
+float DotF16TinyBlasPortable(int64_t n, const uint16_t* x, const uint16_t* y) {
   const float* half = HalfTable();
   float acc[kLanes] = {};
   for (int64_t e = 0; e < n; ++e) {
@@ -123,6 +284,25 @@ float DotF16(F16DotOrder order, int64_t n, const uint16_t* x,
              const uint16_t* y) {
   return order == F16DotOrder::kVecDot ? DotF16Ggml(n, x, y)
                                        : DotF16TinyBlas(n, x, y);
+}
+
+void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
+                int64_t count, const uint16_t* y, float scale, float* out) {
+  const bool vec_dot = order == F16DotOrder::kVecDot;
+  if (HaveAvx512()) {
+    const float* half = HalfTable();
+    for (int64_t j = 0; j < count; ++j) {
+      out[j] = (vec_dot ? DotF16GgmlAvx512(n, rows[j], y, half)
+                        : DotF16TinyBlasAvx512(n, rows[j], y)) *
+               scale;
+    }
+    return;
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    out[j] = (vec_dot ? DotF16GgmlPortable(n, rows[j], y)
+                      : DotF16TinyBlasPortable(n, rows[j], y)) *
+             scale;
+  }
 }
 
 void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
@@ -178,28 +358,19 @@ float ExpGgml(float x) {
 float SiluGgml(float x) { return x / (1.0f + ExpGgml(0.0f - x)); }
 
 double SoftMaxGgml(int64_t n, const float* x, float max, float* y) {
-  double sum = 0;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) y[i + l] = ExpGgml(x[i + l] - max);
-    sum += static_cast<double>(ReduceAdd16(y + i));
-  }
-  for (; i < n; ++i) {
-    const float v = std::exp(x[i] - max);
-    sum += static_cast<double>(v);
-    y[i] = v;
-  }
-  return sum;
+  return SoftMax(n, x, max, y, HaveAvx512());
+}
+
+double SoftMaxGgmlPortable(int64_t n, const float* x, float max, float* y) {
+  return SoftMax(n, x, max, y, /*avx512=*/false);
 }
 
 void SwiGluGgml(int64_t n, const float* g, const float* u, float* out) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      out[i + l] = SiluGgml(g[i + l]) * u[i + l];
-    }
-  }
-  for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  SwiGlu(n, g, u, out, HaveAvx512());
+}
+
+void SwiGluGgmlPortable(int64_t n, const float* g, const float* u, float* out) {
+  SwiGlu(n, g, u, out, /*avx512=*/false);
 }
 
 }  // namespace pdserve::kernels

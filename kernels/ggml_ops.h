@@ -46,6 +46,12 @@ float DotF16TinyBlas(int64_t n, const uint16_t* x, const uint16_t* y);
 float DotF16(F16DotOrder order, int64_t n, const uint16_t* x,
              const uint16_t* y);
 
+// out[j] = DotF16(order, n, rows[j], y) * scale for j < count: the
+// attention scores of one query against `count` cached keys, with the CPU
+// check and dispatch done once.
+void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
+                int64_t count, const uint16_t* y, float scale, float* out);
+
 // out[i] = sum over j < n of p[j] * rows[j][i], for i < d: the product of
 // fp16 probabilities with a transposed fp16 V, as llama.cpp computes it for
 // one output row. p holds fp16 values widened to float. The sum runs as if
@@ -70,6 +76,14 @@ double SoftMaxGgml(int64_t n, const float* x, float max, float* y);
 // ggml_vec_swiglu_f32: out[i] = silu(g[i]) * u[i], the vector form over
 // whole chunks of 16 and x / (1 + expf(-x)) for the rest.
 void SwiGluGgml(int64_t n, const float* g, const float* u, float* out);
+
+// The portable forms of the four functions above, whatever the CPU: the
+// reference that their AVX-512 forms (ggml's own vector code, picked at run
+// time) must equal bit for bit.
+float DotF16GgmlPortable(int64_t n, const uint16_t* x, const uint16_t* y);
+float DotF16TinyBlasPortable(int64_t n, const uint16_t* x, const uint16_t* y);
+double SoftMaxGgmlPortable(int64_t n, const float* x, float max, float* y);
+void SwiGluGgmlPortable(int64_t n, const float* g, const float* u, float* out);
 
 // The rotation of one pair in ggml's rope: GCC fuses the first product of
 // each expression into a fused multiply-add.

@@ -1,5 +1,7 @@
 #include "kernels/ggml_ops.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -175,6 +177,46 @@ TEST(SwiGluGgmlTest, MatchesValuesCapturedFromGgml) {
     EXPECT_EQ(std::signbit(out[i]), std::signbit(want[i])) << i;
   }
   EXPECT_EQ(SiluGgml(0.0f), 0.0f);
+}
+
+// The forms picked for this CPU (AVX-512 where it has it) equal the portable
+// ones bit for bit, on every length (tails included) and on inputs that
+// reach exp's limits (-inf, overflow, underflow).
+TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
+  uint32_t state = 12345;
+  auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+  for (int n = 1; n <= 200; n += (n < 70 ? 1 : 13)) {
+    SCOPED_TRACE(n);
+    const std::vector<uint16_t> x = LcgHalves(&state, n);
+    const std::vector<uint16_t> y = LcgHalves(&state, n);
+    EXPECT_EQ(bits(DotF16Ggml(n, x.data(), y.data())),
+              bits(DotF16GgmlPortable(n, x.data(), y.data())));
+    EXPECT_EQ(bits(DotF16TinyBlas(n, x.data(), y.data())),
+              bits(DotF16TinyBlasPortable(n, x.data(), y.data())));
+
+    std::vector<float> scores(n), g(n), u(n);
+    for (int i = 0; i < n; ++i) {
+      scores[i] = Fp16ToFp32(x[i]) * 400.0f;  // about +-200: exp's limits
+      if (i % 7 == 3) scores[i] = -kInf;      // masked
+      g[i] = Fp16ToFp32(y[i]) * 500.0f;
+      u[i] = Fp16ToFp32(x[i]);
+    }
+    float max = -kInf;
+    for (float v : scores) max = std::max(max, v);
+    std::vector<float> p1(n), p2(n), o1(n), o2(n);
+    const double s1 = SoftMaxGgml(n, scores.data(), max, p1.data());
+    const double s2 = SoftMaxGgmlPortable(n, scores.data(), max, p2.data());
+    EXPECT_EQ(std::bit_cast<uint64_t>(s1), std::bit_cast<uint64_t>(s2));
+    // With max 0 many entries are far below, some overflow-free above.
+    SoftMaxGgml(n, scores.data(), 0.0f, p1.data());
+    SoftMaxGgmlPortable(n, scores.data(), 0.0f, p2.data());
+    SwiGluGgml(n, g.data(), u.data(), o1.data());
+    SwiGluGgmlPortable(n, g.data(), u.data(), o2.data());
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(p1[i]), bits(p2[i])) << "softmax " << i;
+      ASSERT_EQ(bits(o1[i]), bits(o2[i])) << "swiglu " << i << " of " << g[i];
+    }
+  }
 }
 
 TEST(RopeRotateGgmlTest, RotatesWithOneRoundingForTheFirstProduct) {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/block_unpack.h"
+#include "kernels/matmul_avx512.h"
 #include "kernels/quant.h"
 #include "model/gguf_types.h"
 
@@ -586,8 +587,18 @@ bool CpuHasAvx2() {
                           __builtin_cpu_supports("fma");
   return has;
 }
+
+bool CpuHasAvx512Vnni() {
+  static const bool has = CpuHasAvx2() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+}
 #else
 bool CpuHasAvx2() { return false; }
+bool CpuHasAvx512Vnni() { return false; }
 #endif
 
 struct WeightKernel {
@@ -753,6 +764,13 @@ void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
         out[t * out_stride + r] = std::numeric_limits<float>::quiet_NaN();
       }
     }
+    return;
+  }
+  if (CpuHasAvx512Vnni() &&
+      internal::MatMulRowsAvx512(
+          weight_type, static_cast<const uint8_t*>(weights), n, row_begin,
+          row_end, static_cast<const uint8_t*>(activations), n_tokens, out,
+          out_stride)) {
     return;
   }
   const DotFn dot = k->dot;

@@ -3,6 +3,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -279,6 +283,60 @@ double DotImpl(const uint8_t* src, const float* x, int64_t n_blocks) {
 }
 
 }  // namespace
+
+namespace {
+
+#if defined(__x86_64__)
+bool HaveAvx512F16c() {
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+  return have;
+}
+
+// (maskz forms: the plain ones trip GCC 12's -Wmaybe-uninitialized.)
+// vcvtps2ph rounds to nearest even and quiets NaNs keeping the top payload
+// bits, as Fp32ToFp16; vcvtph2ps is exact, as Fp16ToFp32.
+__attribute__((target("avx512f,f16c"))) int64_t Fp32ToFp16Avx512(
+    const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm512_maskz_cvtps_ph(0xFFFF, _mm512_loadu_ps(x + i),
+                                              _MM_FROUND_TO_NEAREST_INT));
+  }
+  return i;
+}
+
+__attribute__((target("avx512f,f16c"))) int64_t Fp16ToFp32Avx512(
+    const uint16_t* h, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(out + i,
+                     _mm512_maskz_cvtph_ps(
+                         0xFFFF, _mm256_loadu_si256(
+                                     reinterpret_cast<const __m256i*>(h + i))));
+  }
+  return i;
+}
+#endif
+
+}  // namespace
+
+void Fp32ToFp16Row(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+#if defined(__x86_64__)
+  if (HaveAvx512F16c()) i = Fp32ToFp16Avx512(x, n, out);
+#endif
+  for (; i < n; ++i) out[i] = Fp32ToFp16(x[i]);
+}
+
+void Fp16ToFp32Row(const uint16_t* h, int64_t n, float* out) {
+  int64_t i = 0;
+#if defined(__x86_64__)
+  if (HaveAvx512F16c()) i = Fp16ToFp32Avx512(h, n, out);
+#endif
+  for (; i < n; ++i) out[i] = Fp16ToFp32(h[i]);
+}
 
 float Fp16ToFp32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;

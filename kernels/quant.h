@@ -50,6 +50,11 @@ float Fp16ToFp32(uint16_t h);
 // NaN (quiet).
 uint16_t Fp32ToFp16(float f);
 
+// The two conversions above over n values (F16C / AVX-512 where the CPU
+// has them: the same results bit for bit).
+void Fp32ToFp16Row(const float* x, int64_t n, uint16_t* out);
+void Fp16ToFp32Row(const uint16_t* h, int64_t n, float* out);
+
 // bfloat16 (the top 16 bits of a binary32) -> binary32; exact.
 float Bf16ToFp32(uint16_t b);
 

@@ -1,0 +1,133 @@
+// matmul_kernel_bench: the quantized matrix kernels (kernels/matmul.h) on
+// one core, on the default model's matrix shapes, against the portable
+// scalar kernel in the same run.
+//
+//   bazel run --config=opt //bench:matmul_kernel_bench --
+//       [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
+//
+// Each case is a weight type, a shape (rows x columns) and a token count:
+//   tokens 1      decode's matrix-vector product (bandwidth-bound when the
+//                 matrix is not in cache: 49152 x 576 is the output head);
+//   tokens 4..128 prefill and batched decode (compute-bound: the matrix
+//                 stays in L2 while every group of 4 tokens passes).
+// Counters: weight bytes read per second (GB/s) and integer multiply-adds
+// per second (GMAC/s). "Scalar" cases run VecDotReference row by row, the
+// reference every SIMD kernel equals bit for bit.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "kernels/matmul.h"
+#include "model/gguf_types.h"
+
+namespace pdserve::bench {
+namespace {
+
+using model::GgmlType;
+
+struct Operands {
+  std::vector<uint8_t> weights;
+  std::vector<uint8_t> activations;
+  std::vector<float> out;
+  int64_t row_bytes = 0;
+  int64_t act_bytes = 0;
+};
+
+// Random bytes are valid blocks for these formats as long as the f16 scales
+// are finite: each block's scale bytes are set to small normal halves.
+Operands Make(GgmlType type, int64_t rows, int64_t cols, int tokens) {
+  Operands o;
+  std::mt19937 rng(7);
+  o.row_bytes = static_cast<int64_t>(*model::GgmlTypeBytes(type, cols));
+  o.weights.resize(rows * o.row_bytes);
+  for (uint8_t& b : o.weights) b = static_cast<uint8_t>(rng());
+  const int64_t block_bytes = o.row_bytes / (cols / 32);
+  const int scale_halves = type == GgmlType::kQ4_1 ? 2 : 1;
+  for (int64_t b = 0; b < rows * cols / 32; ++b) {
+    for (int h = 0; h < scale_halves; ++h) {
+      o.weights[b * block_bytes + 2 * h] = static_cast<uint8_t>(rng());
+      o.weights[b * block_bytes + 2 * h + 1] = 0x20;  // ~2^-7
+    }
+  }
+  const GgmlType act = *kernels::VecDotType(type);
+  o.act_bytes = kernels::ActivationRowBytes(act, cols);
+  o.activations.resize(o.act_bytes * tokens);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(cols);
+  for (int t = 0; t < tokens; ++t) {
+    for (float& v : x) v = normal(rng);
+    kernels::QuantizeActivations(act, x.data(), cols,
+                                 o.activations.data() + t * o.act_bytes);
+  }
+  o.out.resize(rows * tokens);
+  return o;
+}
+
+void SetCounters(benchmark::State& state, int64_t rows, int64_t cols,
+                 int tokens, int64_t row_bytes) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(
+      iters * rows * row_bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GMAC/s"] = benchmark::Counter(
+      iters * rows * cols * tokens / 1e9, benchmark::Counter::kIsRate);
+}
+
+void BM_MatMulRows(benchmark::State& state, GgmlType type) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  const int tokens = static_cast<int>(state.range(2));
+  Operands o = Make(type, rows, cols, tokens);
+  for (auto _ : state) {
+    kernels::MatMulRows(type, o.weights.data(), cols, 0, rows,
+                        o.activations.data(), tokens, o.out.data(), rows);
+    benchmark::DoNotOptimize(o.out.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, rows, cols, tokens, o.row_bytes);
+}
+
+void BM_Scalar(benchmark::State& state, GgmlType type) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  const int tokens = static_cast<int>(state.range(2));
+  Operands o = Make(type, rows, cols, tokens);
+  for (auto _ : state) {
+    for (int t = 0; t < tokens; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        o.out[t * rows + r] = kernels::VecDotReference(
+            type, o.weights.data() + r * o.row_bytes,
+            o.activations.data() + t * o.act_bytes, cols);
+      }
+    }
+    benchmark::DoNotOptimize(o.out.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, rows, cols, tokens, o.row_bytes);
+}
+
+// {rows, cols, tokens}: attention output / FFN up / FFN down of the default
+// model, and its Q8_0 output head.
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int tokens : {1, 4, 32, 128}) {
+    b->Args({576, 576, tokens});
+    b->Args({1536, 576, tokens});
+    b->Args({576, 1536, tokens});
+  }
+}
+
+BENCHMARK_CAPTURE(BM_MatMulRows, q4_1, GgmlType::kQ4_1)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_Scalar, q4_1, GgmlType::kQ4_1)
+    ->Args({1536, 576, 1})
+    ->Args({1536, 576, 4});
+BENCHMARK_CAPTURE(BM_MatMulRows, q4_0, GgmlType::kQ4_0)
+    ->Args({1536, 576, 1})
+    ->Args({1536, 576, 32});
+BENCHMARK_CAPTURE(BM_MatMulRows, q8_0, GgmlType::kQ8_0)
+    ->Args({1536, 576, 1})
+    ->Args({1536, 576, 32})
+    ->Args({49152, 576, 1});
+BENCHMARK_CAPTURE(BM_Scalar, q8_0, GgmlType::kQ8_0)->Args({1536, 576, 1});
+
+}  // namespace
+}  // namespace pdserve::bench
+
+BENCHMARK_MAIN();

@@ -1,0 +1,434 @@
+// AVX-512 VNNI kernels for MatMulRows (see matmul_avx512.h and, for the
+// arithmetic they reproduce, matmul.h).
+//
+// What each (weight row r, token t) output is, in ggml's x86 order:
+//   for every 32-element block b, in order:
+//     lanes[i] = integer sum of products of elements 4i..4i+3   (i < 8)
+//     acc[i]   = fma(d_w[r,b] * d_x[t,b], float(lanes[i]), acc[i])
+//     summs   += m_w[r,b] * s_x[t,b]                 (Q4_1 only)
+//   out = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + summs
+// One vpdpbusd computes the eight lane sums exactly as ggml groups them
+// (unsigned weight bytes times signed activation bytes, four products per
+// int32 lane), so every (r, t) pair keeps its own eight-lane accumulator in a
+// ymm register and the float operations are the reference's, one by one:
+// results are bit for bit those of the portable kernels.
+//
+// Signed weights are made unsigned for vpdpbusd by an offset that the
+// accumulator starts from: Q8_0 as w + 128 (lanes start at -128 * sum(y)),
+// Q4_0 quants are already 0..15 with the value q - 8 (lanes start at
+// -8 * sum(y)). Both integers are exact.
+//
+// Register tiles of up to 4 rows x 4 tokens: each weight block is unpacked
+// once for four tokens and each activation block loaded once for four rows;
+// the 16 scale products d_w * d_x of a block are one 16-lane multiply.
+// Rows are walked in chunks of about 256 KiB so that a chunk stays in L2
+// while every group of four tokens passes over it (prefill, batched decode).
+#include "kernels/matmul_avx512.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace pdserve::kernels::internal {
+namespace {
+
+using model::GgmlType;
+
+constexpr int kTile = 4;  // rows and tokens per register tile
+constexpr int64_t kChunkBytes = 256 * 1024;
+
+inline uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline float LoadHalf(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
+
+// 32 quants of a Q4 block (16 bytes: element j in the low nibble of byte j,
+// element 16 + j in its high nibble) as 32 bytes in element order.
+inline __m256i UnpackNibbles(const uint8_t* q) {
+  const __m256i both = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  return _mm256_and_si256(
+      _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)),
+      _mm256_set1_epi8(0x0F));
+}
+
+// The weight formats. kLaneOffset: the unsigned bytes Unpack returns exceed
+// the weight's integer value by this much (lanes start at
+// -kLaneOffset * sum(y)); kHasMin: Q4_1's m_w * s_x terms.
+struct Q4_1Format {
+  static constexpr int kBlockBytes = 20;  // f16 d, f16 m, 16 bytes quants
+  static constexpr int kQuantOffset = 4;
+  static constexpr int kActBytes = 36;  // Q8_1: f16 d, f16 s, int8 q[32]
+  static constexpr int kActQuantOffset = 4;
+  static constexpr bool kHasMin = true;
+  static constexpr int kLaneOffset = 0;
+  static __m256i Unpack(const uint8_t* q) { return UnpackNibbles(q); }
+};
+
+struct Q4_0Format {
+  static constexpr int kBlockBytes = 18;  // f16 d, 16 bytes quants
+  static constexpr int kQuantOffset = 2;
+  static constexpr int kActBytes = 34;  // Q8_0: f16 d, int8 q[32]
+  static constexpr int kActQuantOffset = 2;
+  static constexpr bool kHasMin = false;
+  static constexpr int kLaneOffset = 8;
+  static __m256i Unpack(const uint8_t* q) { return UnpackNibbles(q); }
+};
+
+struct Q8_0Format {
+  static constexpr int kBlockBytes = 34;  // f16 d, int8 q[32]
+  static constexpr int kQuantOffset = 2;
+  static constexpr int kActBytes = 34;
+  static constexpr int kActQuantOffset = 2;
+  static constexpr bool kHasMin = false;
+  static constexpr int kLaneOffset = 128;
+  static __m256i Unpack(const uint8_t* q) {
+    return _mm256_xor_si256(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)),
+        _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+
+// Per block b and token slot t of a group of up to four tokens (slot-major
+// within a block: [b * 4 + t]); slots past the group's tokens are zero.
+struct ActivationScales {
+  alignas(64) float d[kMaxAvx512Blocks * kTile];
+  alignas(64) float s[kMaxAvx512Blocks * kTile];
+  // -kLaneOffset * (lane sums of y), where the format needs it.
+  __m256i lane_start[kMaxAvx512Blocks * kTile];
+  // For the transposed tile (TransposedTile): per block, for each ggml lane
+  // i < 8, 16 bytes holding int32 word i of token slots 0..3; the
+  // activation quants (y) and the lane starts.
+  alignas(64) uint8_t y_by_lane[kMaxAvx512Blocks * 128];
+  alignas(64) uint8_t start_by_lane[kMaxAvx512Blocks * 128];
+};
+
+template <class F>
+void PrepareActivations(const uint8_t* act, int64_t act_row_bytes, int64_t nb,
+                        int tokens, ActivationScales* out) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int t = 0; t < kTile; ++t) {
+      const int64_t i = b * kTile + t;
+      if (t >= tokens) {
+        out->d[i] = 0.0f;
+        out->s[i] = 0.0f;
+        out->lane_start[i] = _mm256_setzero_si256();
+        continue;
+      }
+      const uint8_t* block = act + t * act_row_bytes + b * F::kActBytes;
+      out->d[i] = LoadHalf(block);
+      out->s[i] = F::kHasMin ? LoadHalf(block + 2) : 0.0f;
+      if constexpr (F::kLaneOffset != 0) {
+        const __m256i y = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(block + F::kActQuantOffset));
+        out->lane_start[i] = _mm256_mullo_epi32(
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, y),
+            _mm256_set1_epi32(-F::kLaneOffset));
+      }
+    }
+    if (tokens < 2) continue;  // the transposed tile takes groups of 2+
+    for (int t = 0; t < kTile; ++t) {
+      uint8_t y[32] = {};
+      if (t < tokens) {
+        std::memcpy(
+            y, act + t * act_row_bytes + b * F::kActBytes + F::kActQuantOffset,
+            32);
+      }
+      alignas(32) uint8_t start[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(start),
+                         out->lane_start[b * kTile + t]);
+      for (int lane = 0; lane < 8; ++lane) {
+        std::memcpy(out->y_by_lane + b * 128 + lane * 16 + t * 4, y + lane * 4,
+                    4);
+        std::memcpy(out->start_by_lane + b * 128 + lane * 16 + t * 4,
+                    start + lane * 4, 4);
+      }
+    }
+  }
+}
+
+// The scale (and min) of block b of the tile's rows, as the 16-lane vectors
+// the tile multiplies with: lane p = r * 4 + t holds row r's value (rows
+// past the tile's read row 0 again: their lanes are never used). Four
+// scalar loads of the rows' block headers (f16 d, f16 m): a gather is much
+// slower on CPUs with the Gather Data Sampling mitigation.
+inline uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+template <class F, int RT>
+inline void WeightScales(const uint8_t* block, int64_t row_bytes, __m512* d16,
+                         __m512* m16) {
+  const __m128i headers = _mm_set_epi32(
+      static_cast<int>(LoadU32(block + (RT > 3 ? 3 * row_bytes : 0))),
+      static_cast<int>(LoadU32(block + (RT > 2 ? 2 * row_bytes : 0))),
+      static_cast<int>(LoadU32(block + (RT > 1 ? row_bytes : 0))),
+      static_cast<int>(LoadU32(block)));
+  // [d0, m0, d1, m1, d2, m2, d3, m3] (Q4_0 / Q8_0: m lanes hold quants).
+  const __m512 dm = _mm512_castps256_ps512(_mm256_cvtph_ps(headers));
+  *d16 = _mm512_permutexvar_ps(
+      _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0), dm);
+  if constexpr (F::kHasMin) {
+    *m16 = _mm512_permutexvar_ps(
+        _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1), dm);
+  }
+}
+
+// ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)), as ggml's hsum_float_8.
+inline float SumLanes(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// out[t * out_stride + r] for r < RT, t < TT; w: the tile's first row, act:
+// its first token.
+template <class F, int RT, int TT>
+void Tile(const uint8_t* w, int64_t row_bytes, int64_t nb, const uint8_t* act,
+          int64_t act_row_bytes, const ActivationScales& scales, float* out,
+          int64_t out_stride) {
+  // Kept in registers: every loop over r and t below is unrolled.
+  __m256 acc[RT][TT];
+#pragma GCC unroll 4
+  for (int r = 0; r < RT; ++r) {
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  __m512 summs = _mm512_setzero_ps();
+  // The tile reads RT short rows side by side; the hardware prefetcher
+  // does not run far enough ahead of that (decode waited on memory in every
+  // block), so the tile two ahead is prefetched as this one runs: three
+  // lines per block cover RT * row_bytes (at most 4 * 34 bytes per block).
+  const uint8_t* ahead = w + 2 * RT * row_bytes;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = w + b * F::kBlockBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192 + 64),
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192 + 128),
+                 _MM_HINT_T0);
+    __m512 dw16, mw16;
+    WeightScales<F, RT>(wb, row_bytes, &dw16, &mw16);
+    // Kept in a register: a store here read back lane by lane would stall
+    // on store forwarding in every block.
+    const __m512 dd = _mm512_mul_ps(
+        dw16, _mm512_broadcast_f32x4(_mm_load_ps(scales.d + b * kTile)));
+    if constexpr (F::kHasMin) {
+      summs = _mm512_add_ps(
+          summs, _mm512_mul_ps(mw16, _mm512_broadcast_f32x4(
+                                         _mm_load_ps(scales.s + b * kTile))));
+    }
+    __m256i wq[RT];
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; ++r) {
+      wq[r] = F::Unpack(wb + r * row_bytes + F::kQuantOffset);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+          act + t * act_row_bytes + b * F::kActBytes + F::kActQuantOffset));
+      const __m256i start = F::kLaneOffset != 0
+                                ? scales.lane_start[b * kTile + t]
+                                : _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int r = 0; r < RT; ++r) {
+        const __m256i lanes = _mm256_dpbusd_epi32(start, wq[r], y);
+        const __m256 d = _mm512_castps512_ps256(
+            _mm512_permutexvar_ps(_mm512_set1_epi32(r * kTile + t), dd));
+        acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r][t]);
+      }
+    }
+  }
+  alignas(64) float sm[16];
+  _mm512_store_ps(sm, summs);
+#pragma GCC unroll 4
+  for (int r = 0; r < RT; ++r) {
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      out[t * out_stride + r] = SumLanes(acc[r][t]) + sm[r * kTile + t];
+    }
+  }
+}
+
+// The same outputs as Tile<F, RT, TT> (bit for bit) for groups of two to
+// four tokens, with the registers turned the other way: one 16-lane
+// register per ggml lane i (eight of them), lane p = r * 4 + t holding pair
+// (r, t). Each block then takes, per ggml lane, one two-source permute
+// (word i of each row), one vpdpbusd, one convert and one 16-lane fused
+// multiply-add with the 16 scale products as they are, where Tile spends a
+// permute, a vpdpbusd, a convert and an eight-lane multiply-add per pair:
+// about half the instructions per multiply-add. The final sums are the
+// same additions, done for 16 pairs at once.
+template <class F>
+void TransposedTile(const uint8_t* w, int64_t row_bytes, int64_t nb, int rows,
+                    int tokens, const ActivationScales& scales, float* out,
+                    int64_t out_stride) {
+  // Rows past the tile read row 0 again; their lanes are not stored.
+  const uint8_t* row[kTile];
+  for (int r = 0; r < kTile; ++r) row[r] = w + (r < rows ? r * row_bytes : 0);
+  __m512 acc[8];
+  __m512i word_of_lane[8];  // lane p: word i of row p / 4 in [Z01 | Z23]
+  for (int i = 0; i < 8; ++i) {
+    acc[i] = _mm512_setzero_ps();
+    word_of_lane[i] =
+        _mm512_add_epi32(_mm512_set_epi32(24, 24, 24, 24, 16, 16, 16, 16, 8, 8,
+                                          8, 8, 0, 0, 0, 0),
+                         _mm512_set1_epi32(i));
+  }
+  __m512 summs = _mm512_setzero_ps();
+  const uint8_t* ahead = w + 2 * kTile * row_bytes;  // see Tile
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t offset = b * F::kBlockBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192 + 64),
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192 + 128),
+                 _MM_HINT_T0);
+    const __m128i headers =
+        _mm_set_epi32(static_cast<int>(LoadU32(row[3] + offset)),
+                      static_cast<int>(LoadU32(row[2] + offset)),
+                      static_cast<int>(LoadU32(row[1] + offset)),
+                      static_cast<int>(LoadU32(row[0] + offset)));
+    const __m512 dm = _mm512_castps256_ps512(_mm256_cvtph_ps(headers));
+    const __m512 dw16 = _mm512_permutexvar_ps(
+        _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0), dm);
+    const __m512 d16 = _mm512_mul_ps(
+        dw16, _mm512_broadcast_f32x4(_mm_load_ps(scales.d + b * kTile)));
+    if constexpr (F::kHasMin) {
+      const __m512 mw16 = _mm512_permutexvar_ps(
+          _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1), dm);
+      summs = _mm512_add_ps(
+          summs, _mm512_mul_ps(mw16, _mm512_broadcast_f32x4(
+                                         _mm_load_ps(scales.s + b * kTile))));
+    }
+    const __m512i z01 = _mm512_inserti64x4(
+        _mm512_castsi256_si512(F::Unpack(row[0] + offset + F::kQuantOffset)),
+        F::Unpack(row[1] + offset + F::kQuantOffset), 1);
+    const __m512i z23 = _mm512_inserti64x4(
+        _mm512_castsi256_si512(F::Unpack(row[2] + offset + F::kQuantOffset)),
+        F::Unpack(row[3] + offset + F::kQuantOffset), 1);
+    const uint8_t* y = scales.y_by_lane + b * 128;
+    const uint8_t* start = scales.start_by_lane + b * 128;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const __m512i wi = _mm512_permutex2var_epi32(z01, word_of_lane[i], z23);
+      const __m512i yi = _mm512_broadcast_i32x4(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(y + i * 16)));
+      const __m512i si =
+          F::kLaneOffset != 0
+              ? _mm512_broadcast_i32x4(_mm_load_si128(
+                    reinterpret_cast<const __m128i*>(start + i * 16)))
+              : _mm512_setzero_si512();
+      acc[i] = _mm512_fmadd_ps(
+          d16, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(si, wi, yi)), acc[i]);
+    }
+  }
+  // ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) + summs, for 16 pairs.
+  const __m512 r0 = _mm512_add_ps(acc[0], acc[4]);
+  const __m512 r1 = _mm512_add_ps(acc[1], acc[5]);
+  const __m512 r2 = _mm512_add_ps(acc[2], acc[6]);
+  const __m512 r3 = _mm512_add_ps(acc[3], acc[7]);
+  alignas(64) float sums[16];
+  _mm512_store_ps(sums, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0, r2),
+                                                    _mm512_add_ps(r1, r3)),
+                                      summs));
+  for (int r = 0; r < rows; ++r) {
+    for (int t = 0; t < tokens; ++t) {
+      out[t * out_stride + r] = sums[r * kTile + t];
+    }
+  }
+}
+
+template <class F>
+using TileFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*,
+                        int64_t, const ActivationScales&, float*, int64_t);
+
+template <class F, int RT>
+TileFn<F> TileFor(int tokens) {
+  switch (tokens) {
+    case 1:
+      return Tile<F, RT, 1>;
+    case 2:
+      return Tile<F, RT, 2>;
+    case 3:
+      return Tile<F, RT, 3>;
+    default:
+      return Tile<F, RT, 4>;
+  }
+}
+
+template <class F>
+TileFn<F> TileFor(int rows, int tokens) {
+  switch (rows) {
+    case 1:
+      return TileFor<F, 1>(tokens);
+    case 2:
+      return TileFor<F, 2>(tokens);
+    case 3:
+      return TileFor<F, 3>(tokens);
+    default:
+      return TileFor<F, 4>(tokens);
+  }
+}
+
+template <class F>
+bool Run(const uint8_t* w, int64_t n, int64_t row_begin, int64_t row_end,
+         const uint8_t* act, int n_tokens, float* out, int64_t out_stride) {
+  const int64_t nb = n / 32;
+  if (n <= 0 || n % 32 != 0 || nb > kMaxAvx512Blocks) return false;
+  const int64_t row_bytes = nb * F::kBlockBytes;
+  const int64_t act_row_bytes = nb * F::kActBytes;
+  int64_t chunk_rows = kChunkBytes / row_bytes / kTile * kTile;
+  if (chunk_rows < kTile) chunk_rows = kTile;
+  ActivationScales scales;
+  for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
+    const int64_t c1 = c0 + chunk_rows < row_end ? c0 + chunk_rows : row_end;
+    for (int t0 = 0; t0 < n_tokens; t0 += kTile) {
+      const int tokens = n_tokens - t0 < kTile ? n_tokens - t0 : kTile;
+      const uint8_t* act_group = act + t0 * act_row_bytes;
+      PrepareActivations<F>(act_group, act_row_bytes, nb, tokens, &scales);
+      for (int64_t r0 = c0; r0 < c1; r0 += kTile) {
+        const int rows = c1 - r0 < kTile ? static_cast<int>(c1 - r0) : kTile;
+        if (tokens >= 2) {
+          TransposedTile<F>(w + r0 * row_bytes, row_bytes, nb, rows, tokens,
+                            scales, out + t0 * out_stride + r0, out_stride);
+        } else {
+          TileFor<F>(rows, 1)(w + r0 * row_bytes, row_bytes, nb, act_group,
+                              act_row_bytes, scales, out + t0 * out_stride + r0,
+                              out_stride);
+        }
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool MatMulRowsAvx512(GgmlType weight_type, const uint8_t* weights, int64_t n,
+                      int64_t row_begin, int64_t row_end,
+                      const uint8_t* activations, int n_tokens, float* out,
+                      int64_t out_stride) {
+  switch (weight_type) {
+    case GgmlType::kQ4_0:
+      return Run<Q4_0Format>(weights, n, row_begin, row_end, activations,
+                             n_tokens, out, out_stride);
+    case GgmlType::kQ4_1:
+      return Run<Q4_1Format>(weights, n, row_begin, row_end, activations,
+                             n_tokens, out, out_stride);
+    case GgmlType::kQ8_0:
+      return Run<Q8_0Format>(weights, n, row_begin, row_end, activations,
+                             n_tokens, out, out_stride);
+    default:
+      return false;
+  }
+}
+
+}  // namespace pdserve::kernels::internal
