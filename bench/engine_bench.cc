@@ -65,13 +65,9 @@ __attribute__((target("avx512f"))) uint64_t SumAvx512(const uint64_t* v,
   __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(),
                     _mm512_setzero_si512(), _mm512_setzero_si512()};
   int64_t i = begin;
-  for (; i < end && reinterpret_cast<uintptr_t>(v + i) % 64 != 0; ++i) {
-    acc[0] = _mm512_add_epi64(acc[0], _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0,
-                                                       static_cast<int64_t>(v[i])));
-  }
   for (; i + 32 <= end; i += 32) {
     for (int k = 0; k < 4; ++k) {
-      acc[k] = _mm512_add_epi64(acc[k], _mm512_load_si512(v + i + 8 * k));
+      acc[k] = _mm512_add_epi64(acc[k], _mm512_loadu_si512(v + i + 8 * k));
     }
   }
   alignas(64) uint64_t lanes[8];

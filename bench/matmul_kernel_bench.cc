@@ -67,8 +67,8 @@ Operands Make(GgmlType type, int64_t rows, int64_t cols, int tokens) {
 void SetCounters(benchmark::State& state, int64_t rows, int64_t cols,
                  int tokens, int64_t row_bytes) {
   const double iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(
-      iters * rows * row_bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(iters * rows * row_bytes / 1e9,
+                                              benchmark::Counter::kIsRate);
   state.counters["GMAC/s"] = benchmark::Counter(
       iters * rows * cols * tokens / 1e9, benchmark::Counter::kIsRate);
 }
