@@ -109,6 +109,39 @@ PD_AVX512 float DotF16TinyBlasAvx512(int64_t n, const uint16_t* x,
   return ReduceAdd16Avx512(acc);
 }
 
+// DotF16Many for n a multiple of 16 (tinyBLAS) or 64 (vec_dot, so that no
+// element takes the double leftover path), n <= 256: the query is widened
+// once instead of once per key; the products and sums are the same.
+PD_AVX512 void DotF16ManyAvx512(bool vec_dot, int64_t n,
+                                const uint16_t* const* rows, int64_t count,
+                                const uint16_t* y, float scale, float* out) {
+  __m512 q[16];
+  const int chunks = static_cast<int>(n / kLanes);
+  for (int c = 0; c < chunks; ++c) q[c] = LoadHalves16(y + c * kLanes);
+  for (int64_t j = 0; j < count; ++j) {
+    const uint16_t* x = rows[j];
+    float dot;
+    if (vec_dot) {
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int c = 0; c < chunks; ++c) {
+        acc[c % 4] =
+            _mm512_fmadd_ps(LoadHalves16(x + c * kLanes), q[c], acc[c % 4]);
+      }
+      const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]),
+                                     _mm512_add_ps(acc[1], acc[3]));
+      dot = static_cast<float>(static_cast<double>(ReduceAdd16Avx512(s)));
+    } else {
+      __m512 acc = _mm512_setzero_ps();
+      for (int c = 0; c < chunks; ++c) {
+        acc = _mm512_fmadd_ps(LoadHalves16(x + c * kLanes), q[c], acc);
+      }
+      dot = ReduceAdd16Avx512(acc);
+    }
+    out[j] = dot * scale;
+  }
+}
+
 // ExpGgml on sixteen lanes.
 PD_AVX512 inline __m512 ExpGgml16(__m512 x) {
   const __m512 r = _mm512_set1_ps(0x1.8p23f);
@@ -181,23 +214,88 @@ void AccumulateScalar(int slots, int64_t n, const float* p,
   }
 }
 
-// The same with AVX-512 over i (d % 16 == 0): every element still gets one
-// rounding per fused multiply-add, so the result is the scalar one bit for
-// bit.
+// The same with AVX-512 over i (d % 16 == 0, d <= 256): every element still
+// gets one rounding per fused multiply-add in the same order (the positions
+// of a slot, ascending), so the result is the scalar one bit for bit. Slot
+// by slot, so that a slot's sums stay in registers while its positions
+// (every 16 * slots-th one) go by.
 __attribute__((target("avx512f,f16c,fma"))) void AccumulateAvx512(
     int slots, int64_t n, const float* p, const uint16_t* const* rows, int d,
     float* acc) {
-  for (int64_t j = 0; j < n; ++j) {
-    const __m512 pj = _mm512_set1_ps(p[j]);
-    const uint16_t* row = rows[j];
-    float* a = acc + (((j / kLanes) % slots) * kLanes + j % kLanes) * d;
-    for (int i = 0; i < d; i += kLanes) {
-      // maskz: the plain form trips GCC 12's -Wmaybe-uninitialized.
-      const __m512 v = _mm512_maskz_cvtph_ps(
-          0xFFFF,
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i)));
-      _mm512_storeu_ps(a + i, _mm512_fmadd_ps(pj, v, _mm512_loadu_ps(a + i)));
+  const int stride = kLanes * slots;
+  const int chunks = d / kLanes;
+  for (int slot = 0; slot < stride && slot < n; ++slot) {
+    __m512 sums[16];
+    for (int c = 0; c < chunks; ++c) sums[c] = _mm512_setzero_ps();
+    for (int64_t j = slot; j < n; j += stride) {
+      const __m512 pj = _mm512_set1_ps(p[j]);
+      const uint16_t* row = rows[j];
+      for (int c = 0; c < chunks; ++c) {
+        // maskz: the plain form trips GCC 12's -Wmaybe-uninitialized.
+        const __m512 v = _mm512_maskz_cvtph_ps(
+            0xFFFF, _mm256_loadu_si256(
+                        reinterpret_cast<const __m256i*>(row + c * kLanes)));
+        sums[c] = _mm512_fmadd_ps(pj, v, sums[c]);
+      }
     }
+    // Slot (j / 16) % slots, lane j % 16 of the scalar layout.
+    float* a = acc + ((slot / kLanes) * kLanes + slot % kLanes) * d;
+    for (int c = 0; c < chunks; ++c) _mm512_storeu_ps(a + c * kLanes, sums[c]);
+  }
+}
+
+// The sums of each output element's 16 (tinyBLAS) or 64 (vec_dot) lane
+// slots, in ggml's order: 16 elements at a time.
+__attribute__((target("avx512f,avx512dq,f16c,fma"))) void FinishAvx512(
+    int slots, const float* acc, int d, float* out) {
+  for (int i = 0; i < d; i += kLanes) {
+    __m512 v[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      if (slots == 4) {
+        const __m512 a0 = _mm512_loadu_ps(acc + (0 * kLanes + l) * d + i);
+        const __m512 a1 = _mm512_loadu_ps(acc + (1 * kLanes + l) * d + i);
+        const __m512 a2 = _mm512_loadu_ps(acc + (2 * kLanes + l) * d + i);
+        const __m512 a3 = _mm512_loadu_ps(acc + (3 * kLanes + l) * d + i);
+        v[l] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+      } else {
+        v[l] = _mm512_loadu_ps(acc + l * d + i);
+      }
+    }
+    // ReduceAdd16 over l, for 16 elements.
+    for (int l = 0; l < 8; ++l) v[l] = _mm512_add_ps(v[l + 8], v[l]);
+    for (int l = 0; l < 4; ++l) v[l] = _mm512_add_ps(v[l + 4], v[l]);
+    const __m512 c0 = _mm512_add_ps(v[0], v[2]);
+    const __m512 c1 = _mm512_add_ps(v[1], v[3]);
+    _mm512_storeu_ps(out + i, _mm512_add_ps(c0, c1));
+  }
+}
+
+void WeightedRowSum(F16DotOrder order, int64_t n, const float* p,
+                    const uint16_t* const* rows, int d, float* out,
+                    bool avx512) {
+  const int slots = order == F16DotOrder::kVecDot ? 4 : 1;
+  std::vector<float>& acc = Scratch();
+  acc.assign(static_cast<size_t>(slots) * kLanes * d, 0.0f);
+  if (avx512) {
+    AccumulateAvx512(slots, n, p, rows, d, acc.data());
+    FinishAvx512(slots, acc.data(), d, out);
+    return;
+  }
+  AccumulateScalar(slots, n, p, rows, d, acc.data());
+  float s[kLanes];
+  for (int i = 0; i < d; ++i) {
+    if (slots == 4) {
+      for (int l = 0; l < kLanes; ++l) {
+        const float a0 = acc[(0 * kLanes + l) * d + i];
+        const float a1 = acc[(1 * kLanes + l) * d + i];
+        const float a2 = acc[(2 * kLanes + l) * d + i];
+        const float a3 = acc[(3 * kLanes + l) * d + i];
+        s[l] = (a0 + a2) + (a1 + a3);
+      }
+    } else {
+      for (int l = 0; l < kLanes; ++l) s[l] = acc[l * d + i];
+    }
+    out[i] = ReduceAdd16(s);
   }
 }
 
@@ -289,6 +387,10 @@ float DotF16(F16DotOrder order, int64_t n, const uint16_t* x,
 void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
                 int64_t count, const uint16_t* y, float scale, float* out) {
   const bool vec_dot = order == F16DotOrder::kVecDot;
+  if (HaveAvx512() && n % (vec_dot ? 64 : kLanes) == 0 && n <= 256) {
+    DotF16ManyAvx512(vec_dot, n, rows, count, y, scale, out);
+    return;
+  }
   if (HaveAvx512()) {
     const float* half = HalfTable();
     for (int64_t j = 0; j < count; ++j) {
@@ -307,29 +409,13 @@ void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
 
 void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
                        const uint16_t* const* rows, int d, float* out) {
-  const int slots = order == F16DotOrder::kVecDot ? 4 : 1;
-  std::vector<float>& acc = Scratch();
-  acc.assign(static_cast<size_t>(slots) * kLanes * d, 0.0f);
-  if (d % kLanes == 0 && HaveAvx512()) {
-    AccumulateAvx512(slots, n, p, rows, d, acc.data());
-  } else {
-    AccumulateScalar(slots, n, p, rows, d, acc.data());
-  }
-  float s[kLanes];
-  for (int i = 0; i < d; ++i) {
-    if (slots == 4) {
-      for (int l = 0; l < kLanes; ++l) {
-        const float a0 = acc[(0 * kLanes + l) * d + i];
-        const float a1 = acc[(1 * kLanes + l) * d + i];
-        const float a2 = acc[(2 * kLanes + l) * d + i];
-        const float a3 = acc[(3 * kLanes + l) * d + i];
-        s[l] = (a0 + a2) + (a1 + a3);
-      }
-    } else {
-      for (int l = 0; l < kLanes; ++l) s[l] = acc[l * d + i];
-    }
-    out[i] = ReduceAdd16(s);
-  }
+  WeightedRowSum(order, n, p, rows, d, out,
+                 d % kLanes == 0 && d <= 16 * kLanes && HaveAvx512());
+}
+
+void WeightedRowSumF16Portable(F16DotOrder order, int64_t n, const float* p,
+                               const uint16_t* const* rows, int d, float* out) {
+  WeightedRowSum(order, n, p, rows, d, out, /*avx512=*/false);
 }
 
 float ExpGgml(float x) {

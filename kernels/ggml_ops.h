@@ -77,12 +77,14 @@ double SoftMaxGgml(int64_t n, const float* x, float max, float* y);
 // whole chunks of 16 and x / (1 + expf(-x)) for the rest.
 void SwiGluGgml(int64_t n, const float* g, const float* u, float* out);
 
-// The portable forms of the four functions above, whatever the CPU: the
+// The portable forms of the functions above, whatever the CPU: the
 // reference that their AVX-512 forms (ggml's own vector code, picked at run
 // time) must equal bit for bit.
 float DotF16GgmlPortable(int64_t n, const uint16_t* x, const uint16_t* y);
 float DotF16TinyBlasPortable(int64_t n, const uint16_t* x, const uint16_t* y);
 double SoftMaxGgmlPortable(int64_t n, const float* x, float max, float* y);
+void WeightedRowSumF16Portable(F16DotOrder order, int64_t n, const float* p,
+                               const uint16_t* const* rows, int d, float* out);
 void SwiGluGgmlPortable(int64_t n, const float* g, const float* u, float* out);
 
 // The rotation of one pair in ggml's rope: GCC fuses the first product of

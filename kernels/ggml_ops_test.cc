@@ -194,6 +194,36 @@ TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
     EXPECT_EQ(bits(DotF16TinyBlas(n, x.data(), y.data())),
               bits(DotF16TinyBlasPortable(n, x.data(), y.data())));
 
+    // Many keys against one query, and the probability-weighted sum of
+    // value rows, for head sizes the engine uses (and a 16-only one).
+    for (const int d : {16, 64, 128}) {
+      const std::vector<uint16_t> q = LcgHalves(&state, d);
+      std::vector<std::vector<uint16_t>> keys;
+      std::vector<const uint16_t*> ptrs;
+      std::vector<float> p;
+      for (int j = 0; j < n; ++j) keys.push_back(LcgHalves(&state, d));
+      for (int j = 0; j < n; ++j) {
+        ptrs.push_back(keys[j].data());
+        p.push_back(Fp16ToFp32(keys[j][0]));
+      }
+      for (F16DotOrder order : {F16DotOrder::kVecDot, F16DotOrder::kTinyBlas}) {
+        std::vector<float> many(n);
+        DotF16Many(order, d, ptrs.data(), n, q.data(), 0.125f, many.data());
+        for (int j = 0; j < n; ++j) {
+          ASSERT_EQ(bits(many[j]),
+                    bits(DotF16(order, d, keys[j].data(), q.data()) * 0.125f))
+              << "d=" << d << " key " << j;
+        }
+        std::vector<float> w1(d), w2(d);
+        WeightedRowSumF16(order, n, p.data(), ptrs.data(), d, w1.data());
+        WeightedRowSumF16Portable(order, n, p.data(), ptrs.data(), d,
+                                  w2.data());
+        for (int i = 0; i < d; ++i) {
+          ASSERT_EQ(bits(w1[i]), bits(w2[i])) << "d=" << d << " i=" << i;
+        }
+      }
+    }
+
     std::vector<float> scores(n), g(n), u(n);
     for (int i = 0; i < n; ++i) {
       scores[i] = Fp16ToFp32(x[i]) * 400.0f;  // about +-200: exp's limits
