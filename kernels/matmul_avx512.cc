@@ -108,7 +108,7 @@ struct ActivationScales {
 
 template <class F>
 void PrepareActivations(const uint8_t* act, int64_t act_row_bytes, int64_t nb,
-                        int tokens, ActivationScales* out) {
+                        int tokens, bool transposed, ActivationScales* out) {
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < nb; ++b) {
     for (int t = 0; t < kTile; ++t) {
@@ -130,7 +130,7 @@ void PrepareActivations(const uint8_t* act, int64_t act_row_bytes, int64_t nb,
             _mm256_set1_epi32(-F::kLaneOffset));
       }
     }
-    if (tokens < 2) continue;  // the transposed tile takes groups of 2+
+    if (!transposed) continue;
     for (int t = 0; t < kTile; ++t) {
       uint8_t y[32] = {};
       if (t < tokens) {
@@ -257,32 +257,32 @@ void Tile(const uint8_t* w, int64_t row_bytes, int64_t nb, const uint8_t* act,
   }
 }
 
-// The same outputs as Tile<F, RT, TT> (bit for bit) for groups of two to
-// four tokens, with the registers turned the other way: one 16-lane
-// register per ggml lane i (eight of them), lane p = r * 4 + t holding pair
-// (r, t). Each block then takes, per ggml lane, one two-source permute
-// (word i of each row), one vpdpbusd, one convert and one 16-lane fused
-// multiply-add with the 16 scale products as they are, where Tile spends a
-// permute, a vpdpbusd, a convert and an eight-lane multiply-add per pair:
-// about half the instructions per multiply-add. The final sums are the
-// same additions, done for 16 pairs at once.
-template <class F>
+// The same outputs as Tile<F, RT, TT> (bit for bit) for two to eight
+// tokens, with the registers turned the other way: per group of four token
+// slots, one 16-lane register per ggml lane i (eight of them), lane
+// p = r * 4 + t holding pair (r, t). Each block then takes, per ggml lane,
+// one two-source permute (word i of each row, shared by the G groups), and
+// per group one vpdpbusd, one convert and one 16-lane fused multiply-add
+// with the 16 scale products as they are, where Tile spends a permute, a
+// vpdpbusd, a convert and an eight-lane multiply-add per pair: about a
+// third of the instructions per multiply-add. The final sums are the same
+// additions, done for 16 pairs at once.
+template <class F, int G>
 void TransposedTile(const uint8_t* w, int64_t row_bytes, int64_t nb, int rows,
-                    int tokens, const ActivationScales& scales, float* out,
-                    int64_t out_stride) {
+                    const int* tokens, const ActivationScales* const* scales,
+                    float* out, int64_t out_stride) {
   // Rows past the tile read row 0 again; their lanes are not stored.
   const uint8_t* row[kTile];
   for (int r = 0; r < kTile; ++r) row[r] = w + (r < rows ? r * row_bytes : 0);
-  __m512 acc[8];
-  __m512i word_of_lane[8];  // lane p: word i of row p / 4 in [Z01 | Z23]
-  for (int i = 0; i < 8; ++i) {
-    acc[i] = _mm512_setzero_ps();
-    word_of_lane[i] =
-        _mm512_add_epi32(_mm512_set_epi32(24, 24, 24, 24, 16, 16, 16, 16, 8, 8,
-                                          8, 8, 0, 0, 0, 0),
-                         _mm512_set1_epi32(i));
+  __m512 acc[G][8];
+  __m512 summs[G];
+  for (int g = 0; g < G; ++g) {
+    summs[g] = _mm512_setzero_ps();
+    for (int i = 0; i < 8; ++i) acc[g][i] = _mm512_setzero_ps();
   }
-  __m512 summs = _mm512_setzero_ps();
+  // Lane p: word i of row p / 4 in [z01 | z23], for word_of_lane + i.
+  const __m512i word_of_lane =
+      _mm512_set_epi32(24, 24, 24, 24, 16, 16, 16, 16, 8, 8, 8, 8, 0, 0, 0, 0);
   const uint8_t* ahead = w + 2 * kTile * row_bytes;  // see Tile
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t offset = b * F::kBlockBytes;
@@ -299,14 +299,19 @@ void TransposedTile(const uint8_t* w, int64_t row_bytes, int64_t nb, int rows,
     const __m512 dm = _mm512_castps256_ps512(_mm256_cvtph_ps(headers));
     const __m512 dw16 = _mm512_permutexvar_ps(
         _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0), dm);
-    const __m512 d16 = _mm512_mul_ps(
-        dw16, _mm512_broadcast_f32x4(_mm_load_ps(scales.d + b * kTile)));
+    __m512 d16[G];
+    for (int g = 0; g < G; ++g) {
+      d16[g] = _mm512_mul_ps(
+          dw16, _mm512_broadcast_f32x4(_mm_load_ps(scales[g]->d + b * kTile)));
+    }
     if constexpr (F::kHasMin) {
       const __m512 mw16 = _mm512_permutexvar_ps(
           _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1), dm);
-      summs = _mm512_add_ps(
-          summs, _mm512_mul_ps(mw16, _mm512_broadcast_f32x4(
-                                         _mm_load_ps(scales.s + b * kTile))));
+      for (int g = 0; g < G; ++g) {
+        summs[g] = _mm512_add_ps(
+            summs[g], _mm512_mul_ps(mw16, _mm512_broadcast_f32x4(_mm_load_ps(
+                                              scales[g]->s + b * kTile))));
+      }
     }
     const __m512i z01 = _mm512_inserti64x4(
         _mm512_castsi256_si512(F::Unpack(row[0] + offset + F::kQuantOffset)),
@@ -314,34 +319,42 @@ void TransposedTile(const uint8_t* w, int64_t row_bytes, int64_t nb, int rows,
     const __m512i z23 = _mm512_inserti64x4(
         _mm512_castsi256_si512(F::Unpack(row[2] + offset + F::kQuantOffset)),
         F::Unpack(row[3] + offset + F::kQuantOffset), 1);
-    const uint8_t* y = scales.y_by_lane + b * 128;
-    const uint8_t* start = scales.start_by_lane + b * 128;
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
-      const __m512i wi = _mm512_permutex2var_epi32(z01, word_of_lane[i], z23);
-      const __m512i yi = _mm512_broadcast_i32x4(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(y + i * 16)));
-      const __m512i si =
-          F::kLaneOffset != 0
-              ? _mm512_broadcast_i32x4(_mm_load_si128(
-                    reinterpret_cast<const __m128i*>(start + i * 16)))
-              : _mm512_setzero_si512();
-      acc[i] = _mm512_fmadd_ps(
-          d16, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(si, wi, yi)), acc[i]);
+      const __m512i wi = _mm512_permutex2var_epi32(
+          z01, _mm512_add_epi32(word_of_lane, _mm512_set1_epi32(i)), z23);
+#pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        const __m512i yi = _mm512_broadcast_i32x4(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(
+                scales[g]->y_by_lane + b * 128 + i * 16)));
+        const __m512i si =
+            F::kLaneOffset != 0
+                ? _mm512_broadcast_i32x4(
+                      _mm_load_si128(reinterpret_cast<const __m128i*>(
+                          scales[g]->start_by_lane + b * 128 + i * 16)))
+                : _mm512_setzero_si512();
+        acc[g][i] = _mm512_fmadd_ps(
+            d16[g], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(si, wi, yi)),
+            acc[g][i]);
+      }
     }
   }
-  // ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) + summs, for 16 pairs.
-  const __m512 r0 = _mm512_add_ps(acc[0], acc[4]);
-  const __m512 r1 = _mm512_add_ps(acc[1], acc[5]);
-  const __m512 r2 = _mm512_add_ps(acc[2], acc[6]);
-  const __m512 r3 = _mm512_add_ps(acc[3], acc[7]);
-  alignas(64) float sums[16];
-  _mm512_store_ps(sums, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0, r2),
-                                                    _mm512_add_ps(r1, r3)),
-                                      summs));
-  for (int r = 0; r < rows; ++r) {
-    for (int t = 0; t < tokens; ++t) {
-      out[t * out_stride + r] = sums[r * kTile + t];
+  for (int g = 0; g < G; ++g) {
+    // ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) + summs, for 16 pairs.
+    const __m512 r0 = _mm512_add_ps(acc[g][0], acc[g][4]);
+    const __m512 r1 = _mm512_add_ps(acc[g][1], acc[g][5]);
+    const __m512 r2 = _mm512_add_ps(acc[g][2], acc[g][6]);
+    const __m512 r3 = _mm512_add_ps(acc[g][3], acc[g][7]);
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0, r2),
+                                                      _mm512_add_ps(r1, r3)),
+                                        summs[g]));
+    float* group_out = out + g * kTile * out_stride;
+    for (int r = 0; r < rows; ++r) {
+      for (int t = 0; t < tokens[g]; ++t) {
+        group_out[t * out_stride + r] = sums[r * kTile + t];
+      }
     }
   }
 }
@@ -387,22 +400,37 @@ bool Run(const uint8_t* w, int64_t n, int64_t row_begin, int64_t row_end,
   const int64_t act_row_bytes = nb * F::kActBytes;
   int64_t chunk_rows = kChunkBytes / row_bytes / kTile * kTile;
   if (chunk_rows < kTile) chunk_rows = kTile;
-  ActivationScales scales;
+  // Two groups of four token slots (each about 150 KB: on the stack).
+  ActivationScales first, second;
+  const ActivationScales* const groups[2] = {&first, &second};
+  constexpr int kGroupTokens = 2 * kTile;
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
     const int64_t c1 = c0 + chunk_rows < row_end ? c0 + chunk_rows : row_end;
-    for (int t0 = 0; t0 < n_tokens; t0 += kTile) {
-      const int tokens = n_tokens - t0 < kTile ? n_tokens - t0 : kTile;
+    for (int t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
+      const int count =
+          n_tokens - t0 < kGroupTokens ? n_tokens - t0 : kGroupTokens;
+      const int tokens[2] = {count < kTile ? count : kTile,
+                             count > kTile ? count - kTile : 0};
       const uint8_t* act_group = act + t0 * act_row_bytes;
-      PrepareActivations<F>(act_group, act_row_bytes, nb, tokens, &scales);
+      const bool transposed = count >= 2;
+      PrepareActivations<F>(act_group, act_row_bytes, nb, tokens[0], transposed,
+                            &first);
+      if (tokens[1] > 0) {
+        PrepareActivations<F>(act_group + kTile * act_row_bytes, act_row_bytes,
+                              nb, tokens[1], transposed, &second);
+      }
       for (int64_t r0 = c0; r0 < c1; r0 += kTile) {
         const int rows = c1 - r0 < kTile ? static_cast<int>(c1 - r0) : kTile;
-        if (tokens >= 2) {
-          TransposedTile<F>(w + r0 * row_bytes, row_bytes, nb, rows, tokens,
-                            scales, out + t0 * out_stride + r0, out_stride);
+        float* tile_out = out + t0 * out_stride + r0;
+        if (tokens[1] > 0) {
+          TransposedTile<F, 2>(w + r0 * row_bytes, row_bytes, nb, rows, tokens,
+                               groups, tile_out, out_stride);
+        } else if (transposed) {
+          TransposedTile<F, 1>(w + r0 * row_bytes, row_bytes, nb, rows, tokens,
+                               groups, tile_out, out_stride);
         } else {
           TileFor<F>(rows, 1)(w + r0 * row_bytes, row_bytes, nb, act_group,
-                              act_row_bytes, scales, out + t0 * out_stride + r0,
-                              out_stride);
+                              act_row_bytes, first, tile_out, out_stride);
         }
       }
     }
