@@ -773,6 +773,23 @@ void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
           out_stride)) {
     return;
   }
+  MatMulRowsByVecDot(weight_type, weights, n, row_begin, row_end, activations,
+                     n_tokens, out, out_stride);
+}
+
+void MatMulRowsByVecDot(GgmlType weight_type, const void* weights, int64_t n,
+                        int64_t row_begin, int64_t row_end,
+                        const void* activations, int n_tokens, float* out,
+                        int64_t out_stride) {
+  const WeightKernel* k = FindKernel(weight_type);
+  if (k == nullptr) {
+    for (int t = 0; t < n_tokens; ++t) {
+      for (int64_t r = row_begin; r < row_end; ++r) {
+        out[t * out_stride + r] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+    return;
+  }
   const DotFn dot = k->dot;
   const int64_t row_bytes = n / k->block * k->block_bytes;
   const int64_t act_bytes = ActivationRowBytes(k->act_type, n);

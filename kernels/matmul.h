@@ -102,6 +102,13 @@ void MatMulRows(model::GgmlType weight_type, const void* weights, int64_t n,
                 int64_t row_begin, int64_t row_end, const void* activations,
                 int n_tokens, float* out, int64_t out_stride);
 
+// MatMulRows as CPUs without AVX-512 VNNI run it (VecDot pair by pair, in
+// row tiles), whatever this CPU has: lets tests check that path here too.
+void MatMulRowsByVecDot(model::GgmlType weight_type, const void* weights,
+                        int64_t n, int64_t row_begin, int64_t row_end,
+                        const void* activations, int n_tokens, float* out,
+                        int64_t out_stride);
+
 }  // namespace pdserve::kernels
 
 #endif  // PDSERVE_KERNELS_MATMUL_H_

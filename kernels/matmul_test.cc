@@ -1009,8 +1009,12 @@ TEST(MatMulRowsTest, EqualsTheScalarReferenceOnOddShapesBitwise) {
       const uint8_t* wp = wbuf.data() + 1;
       const uint8_t* ap = abuf.data() + 1;
       for (int n_tokens = 1; n_tokens <= max_tokens; ++n_tokens) {
+        // The path this CPU takes, and the one CPUs without AVX-512 take.
         std::vector<float> out(rows * n_tokens + 1);
+        std::vector<float> by_dot(rows * n_tokens + 1);
         MatMulRows(type, wp, n, 1, rows, ap, n_tokens, out.data() + 1, rows);
+        MatMulRowsByVecDot(type, wp, n, 1, rows, ap, n_tokens,
+                           by_dot.data() + 1, rows);
         for (int t = 0; t < n_tokens; ++t) {
           for (int64_t r = 1; r < rows; ++r) {
             const float want = VecDotReference(type, wp + r * row_bytes,
@@ -1018,6 +1022,9 @@ TEST(MatMulRowsTest, EqualsTheScalarReferenceOnOddShapesBitwise) {
             ASSERT_EQ(std::bit_cast<uint32_t>(out[1 + t * rows + r]),
                       std::bit_cast<uint32_t>(want))
                 << "tokens=" << n_tokens << " t=" << t << " r=" << r;
+            ASSERT_EQ(std::bit_cast<uint32_t>(by_dot[1 + t * rows + r]),
+                      std::bit_cast<uint32_t>(want))
+                << "by VecDot: tokens=" << n_tokens << " t=" << t << " r=" << r;
           }
         }
       }
