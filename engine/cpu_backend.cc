@@ -60,7 +60,21 @@ CpuBackend::CpuBackend(const model::ModelConfig& config,
       weights_(weights),
       pool_(std::move(pool)),
       threads_(options.num_threads),
-      llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics) {}
+      llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics) {
+  if (!options.pack_weights_for_decode) return;
+  auto pack = [this](const WeightMatrix& w) {
+    std::unique_ptr<kernels::PackedMatrix> packed =
+        kernels::PackedMatrix::Pack(w.type, w.data, w.rows, w.cols);
+    if (packed != nullptr) packed_[w.data] = std::move(packed);
+  };
+  for (const model::LayerWeights& l : weights_.layers) {
+    for (const WeightMatrix* w :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+      pack(*w);
+    }
+  }
+  pack(weights_.output);
+}
 
 absl::Status CpuBackend::Validate(const ForwardBatch& batch) const {
   const int32_t bs = pool_->layout().block_size_tokens();
@@ -117,6 +131,18 @@ void CpuBackend::MatMul(const WeightMatrix& w, const float* x, int n_tokens,
             cache->bytes.data() + t * cache->row_bytes);
       }
     });
+  }
+  if (n_tokens == 1) {
+    auto packed = packed_.find(w.data);
+    if (packed != packed_.end()) {
+      const kernels::PackedMatrix& m = *packed->second;
+      threads_.ParallelForGrained(w.rows, kernels::PackedMatrix::kRowGrain,
+                                  [&](int64_t begin, int64_t end) {
+                                    m.MatVec(begin, end, cache->bytes.data(),
+                                             out);
+                                  });
+      return;
+    }
   }
   threads_.ParallelForGrained(w.rows, 4, [&](int64_t begin, int64_t end) {
     kernels::MatMulRows(w.type, w.data, w.cols, begin, end, cache->bytes.data(),

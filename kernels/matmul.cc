@@ -777,6 +777,28 @@ void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
                      n_tokens, out, out_stride);
 }
 
+static_assert(PackedMatrix::kRowGrain == internal::kPackRows);
+
+std::unique_ptr<PackedMatrix> PackedMatrix::Pack(GgmlType weight_type,
+                                                 const void* weights,
+                                                 int64_t rows, int64_t n) {
+  if (!CpuHasAvx512Vnni() || rows <= 0 || n <= 0 || n % 32 != 0 ||
+      internal::PackedBytes(weight_type, rows, n) == 0) {
+    return nullptr;
+  }
+  std::unique_ptr<PackedMatrix> m(new PackedMatrix(weight_type, rows, n));
+  m->bytes_.resize(internal::PackedBytes(weight_type, rows, n));
+  internal::PackRows(weight_type, static_cast<const uint8_t*>(weights), rows, n,
+                     m->bytes_.data());
+  return m;
+}
+
+void PackedMatrix::MatVec(int64_t row_begin, int64_t row_end,
+                          const void* activation, float* out) const {
+  internal::MatVecPacked(type_, bytes_.data(), n_, row_begin, row_end,
+                         static_cast<const uint8_t*>(activation), out);
+}
+
 void MatMulRowsByVecDot(GgmlType weight_type, const void* weights, int64_t n,
                         int64_t row_begin, int64_t row_end,
                         const void* activations, int n_tokens, float* out,

@@ -52,6 +52,8 @@
 #define PDSERVE_KERNELS_MATMUL_H_
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -101,6 +103,44 @@ float VecDot(model::GgmlType weight_type, const void* weight_row,
 void MatMulRows(model::GgmlType weight_type, const void* weights, int64_t n,
                 int64_t row_begin, int64_t row_end, const void* activations,
                 int n_tokens, float* out, int64_t out_stride);
+
+// A weight matrix repacked at load for one-token products (decode), where
+// this CPU has a kernel for the packed form (AVX-512 VNNI; Q4_0, Q4_1 and
+// Q8_0 today): rows in groups of 16, each group's block headers and quants
+// laid out as 16-lane vectors (kernels/matmul_avx512.h), the size of the
+// original (Q8_0: 6% more). MatVec's results equal MatMulRows' bit for bit; it
+// just needs no shuffles, so decode streams the weights at close to memory
+// speed.
+//
+// Ownership: owns its copy of the weights. Thread-safety: immutable after
+// Pack; concurrent MatVec calls on disjoint row ranges are safe.
+class PackedMatrix {
+ public:
+  // Empty when there is no packed kernel for this type on this CPU.
+  static std::unique_ptr<PackedMatrix> Pack(model::GgmlType weight_type,
+                                            const void* weights, int64_t rows,
+                                            int64_t n);
+
+  // Row ranges given to MatVec start at a multiple of this.
+  static constexpr int64_t kRowGrain = 16;
+
+  // out[r] = VecDot(weight_type, row r, activation, n), r in
+  // [row_begin, row_end); `activation` is one row quantized to
+  // VecDotType(weight_type).
+  void MatVec(int64_t row_begin, int64_t row_end, const void* activation,
+              float* out) const;
+
+  int64_t rows() const { return rows_; }
+
+ private:
+  PackedMatrix(model::GgmlType type, int64_t rows, int64_t n)
+      : type_(type), rows_(rows), n_(n) {}
+
+  model::GgmlType type_;
+  int64_t rows_;
+  int64_t n_;
+  std::vector<uint8_t> bytes_;
+};
 
 // MatMulRows as CPUs without AVX-512 VNNI run it (VecDot pair by pair, in
 // row tiles), whatever this CPU has: lets tests check that path here too.

@@ -438,7 +438,161 @@ bool Run(const uint8_t* w, int64_t n, int64_t row_begin, int64_t row_end,
   return true;
 }
 
+// Bytes per packed group-block: the header vector and the quant vectors.
+template <class F>
+constexpr int PackedBlockBytes() {
+  return 64 * (1 + (F::kLaneOffset == 128 ? 8 : 4));
+}
+
+template <class F>
+void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
+                      int64_t row_end, const uint8_t* act, float* out) {
+  constexpr bool kNibbles = F::kLaneOffset != 128;  // Q4_0 / Q4_1
+  constexpr int kBlockBytes = PackedBlockBytes<F>();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t g0 = row_begin; g0 < row_end; g0 += kPackRows) {
+    const uint8_t* group = packed + g0 / kPackRows * nb * kBlockBytes;
+    __m512 acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+    __m512 summs = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* block = group + b * kBlockBytes;
+      const uint8_t* ab = act + b * F::kActBytes;
+      // Four blocks ahead, as far as the hardware prefetcher is behind.
+      for (int line = 0; line < kBlockBytes / 64; ++line) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(block + 4 * kBlockBytes + 64 * line),
+            _MM_HINT_T0);
+      }
+      const __m512i headers = _mm512_loadu_si512(block);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(headers));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(LoadHalf(ab)));
+      if constexpr (F::kHasMin) {
+        const __m512 mw = _mm512_cvtph_ps(
+            _mm512_cvtepi32_epi16(_mm512_srli_epi32(headers, 16)));
+        summs = _mm512_add_ps(
+            summs, _mm512_mul_ps(mw, _mm512_set1_ps(LoadHalf(ab + 2))));
+      }
+      const uint8_t* y = ab + F::kActQuantOffset;
+      const int8_t* ys = reinterpret_cast<const int8_t*>(y);
+      // ggml lane i of every row: elements 4i..4i+3.
+      auto lane = [&](int i, __m512i w) {
+        __m512i start = _mm512_setzero_si512();
+        if constexpr (F::kLaneOffset != 0) {
+          // -offset * (sum of the four activations), as Tile's lane_start.
+          start = _mm512_set1_epi32(
+              -F::kLaneOffset *
+              (ys[4 * i] + ys[4 * i + 1] + ys[4 * i + 2] + ys[4 * i + 3]));
+        }
+        const __m512i yi =
+            _mm512_set1_epi32(static_cast<int>(LoadU32(y + 4 * i)));
+        acc[i] = _mm512_fmadd_ps(
+            d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w, yi)), acc[i]);
+      };
+      if constexpr (kNibbles) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m512i q = _mm512_loadu_si512(block + 64 + 64 * i);
+          lane(i, _mm512_and_si512(q, low4));
+          lane(i + 4, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          lane(i, _mm512_xor_si512(_mm512_loadu_si512(block + 64 + 64 * i),
+                                   _mm512_set1_epi8(static_cast<char>(0x80))));
+        }
+      }
+    }
+    const __m512 r0 = _mm512_add_ps(acc[0], acc[4]);
+    const __m512 r1 = _mm512_add_ps(acc[1], acc[5]);
+    const __m512 r2 = _mm512_add_ps(acc[2], acc[6]);
+    const __m512 r3 = _mm512_add_ps(acc[3], acc[7]);
+    const __m512 sums = _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3)), summs);
+    const int64_t count = row_end - g0 < kPackRows ? row_end - g0 : kPackRows;
+    _mm512_mask_storeu_ps(out + g0, static_cast<__mmask16>((1u << count) - 1),
+                          sums);
+  }
+}
+
+template <class F>
+void PackRowsOf(const uint8_t* weights, int64_t rows, int64_t nb,
+                uint8_t* out) {
+  constexpr int kBlockBytes = PackedBlockBytes<F>();
+  constexpr int kQuantVectors = kBlockBytes / 64 - 1;
+  const int64_t row_bytes = nb * F::kBlockBytes;
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  std::memset(out, 0, groups * nb * kBlockBytes);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = out + (g * nb + b) * kBlockBytes;
+      for (int k = 0; k < kPackRows && g * kPackRows + k < rows; ++k) {
+        const uint8_t* src =
+            weights + (g * kPackRows + k) * row_bytes + b * F::kBlockBytes;
+        std::memcpy(dst + 4 * k, src, F::kHasMin ? 4 : 2);  // d (and m)
+        for (int i = 0; i < kQuantVectors; ++i) {
+          std::memcpy(dst + 64 + 64 * i + 4 * k, src + F::kQuantOffset + 4 * i,
+                      4);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+int64_t PackedBytes(GgmlType type, int64_t rows, int64_t cols) {
+  const int64_t group_blocks = (rows + kPackRows - 1) / kPackRows * (cols / 32);
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return group_blocks * PackedBlockBytes<Q4_0Format>();
+    case GgmlType::kQ4_1:
+      return group_blocks * PackedBlockBytes<Q4_1Format>();
+    case GgmlType::kQ8_0:
+      return group_blocks * PackedBlockBytes<Q8_0Format>();
+    default:
+      return 0;
+  }
+}
+
+bool PackRows(GgmlType type, const uint8_t* weights, int64_t rows, int64_t cols,
+              uint8_t* out) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      PackRowsOf<Q4_0Format>(weights, rows, cols / 32, out);
+      return true;
+    case GgmlType::kQ4_1:
+      PackRowsOf<Q4_1Format>(weights, rows, cols / 32, out);
+      return true;
+    case GgmlType::kQ8_0:
+      PackRowsOf<Q8_0Format>(weights, rows, cols / 32, out);
+      return true;
+    default:
+      return false;
+  }
+}
+
+void MatVecPacked(GgmlType type, const uint8_t* packed, int64_t cols,
+                  int64_t row_begin, int64_t row_end, const uint8_t* activation,
+                  float* out) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      MatVecPackedRows<Q4_0Format>(packed, cols / 32, row_begin, row_end,
+                                   activation, out);
+      return;
+    case GgmlType::kQ4_1:
+      MatVecPackedRows<Q4_1Format>(packed, cols / 32, row_begin, row_end,
+                                   activation, out);
+      return;
+    case GgmlType::kQ8_0:
+      MatVecPackedRows<Q8_0Format>(packed, cols / 32, row_begin, row_end,
+                                   activation, out);
+      return;
+    default:
+      return;
+  }
+}
 
 bool MatMulRowsAvx512(GgmlType weight_type, const uint8_t* weights, int64_t n,
                       int64_t row_begin, int64_t row_end,

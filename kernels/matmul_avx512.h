@@ -25,6 +25,37 @@ bool MatMulRowsAvx512(model::GgmlType weight_type, const uint8_t* weights,
                       const uint8_t* activations, int n_tokens, float* out,
                       int64_t out_stride);
 
+// Matrix-vector products (one token) on Q4_0 / Q4_1 / Q8_0 weights
+// repacked for them: rows in groups of kPackRows, and per group and
+// 32-element block a run of 16-lane vectors (64 bytes each):
+//   vector 0        the rows' block headers as 32-bit words: f16 d, then
+//                   f16 m (Q4_1) or zero;
+//   Q4_0 / Q4_1:    four vectors, vector i holding bytes 4i..4i+3 of each
+//                   row's 16 quant bytes (elements 4i..4i+3 in the low
+//                   nibbles, 16+4i..16+4i+3 in the high ones): 320 bytes,
+//                   the size of 16 Q4_1 blocks;
+//   Q8_0:           eight vectors, vector i holding quants 4i..4i+3 of each
+//                   row: 576 bytes (16 blocks take 544).
+// Groups follow each other (nb blocks per group); rows past the matrix's
+// last are zero. The decode kernel needs no shuffles: one load per vector,
+// and ggml's lane i of each row is lane i's (or i % 4's) word.
+inline constexpr int kPackRows = 16;
+
+// Bytes of the packed form; 0 for a type without one.
+int64_t PackedBytes(model::GgmlType type, int64_t rows, int64_t cols);
+
+// Writes the packed form of `rows` rows of `cols` elements to `out`
+// (PackedBytes(...) bytes). False, writing nothing, for other types.
+bool PackRows(model::GgmlType type, const uint8_t* weights, int64_t rows,
+              int64_t cols, uint8_t* out);
+
+// out[r] for r in [row_begin, row_end) (row_begin a multiple of kPackRows)
+// of the packed matrix times one activation row (Q8_1 for Q4_1, Q8_0
+// otherwise): bit for bit MatMulRows' result.
+void MatVecPacked(model::GgmlType type, const uint8_t* packed, int64_t cols,
+                  int64_t row_begin, int64_t row_end, const uint8_t* activation,
+                  float* out);
+
 }  // namespace pdserve::kernels::internal
 
 #endif  // PDSERVE_KERNELS_MATMUL_AVX512_H_

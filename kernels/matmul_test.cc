@@ -1032,6 +1032,47 @@ TEST(MatMulRowsTest, EqualsTheScalarReferenceOnOddShapesBitwise) {
   }
 }
 
+// Weights repacked for decode give MatMulRows' (the reference's) bits, on
+// row counts that leave a partial group of 16 and ranges that start at any
+// group.
+TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
+  std::mt19937 rng(31);
+  for (const GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    for (const int64_t n : {32, 544, 1536}) {
+      const int64_t rows = 45;
+      SCOPED_TRACE(absl::StrCat(Name(type), " n=", n));
+      const RandomWeights w = MakeRandomWeights(type, rows, n, rng);
+      const std::unique_ptr<PackedMatrix> packed =
+          PackedMatrix::Pack(type, w.bytes.data(), rows, n);
+      if (packed == nullptr) GTEST_SKIP() << "no packed kernel on this CPU";
+      const GgmlType act_type = *VecDotType(type);
+      std::vector<uint8_t> a(ActivationRowBytes(act_type, n));
+      const std::vector<float> x = MakeRandomActivations(n, rng);
+      QuantizeActivations(act_type, x.data(), n, a.data());
+      const int64_t row_bytes =
+          static_cast<int64_t>(*model::GgmlTypeBytes(type, n));
+      for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, rows}, {16, 45}, {32, 33}, {0, 16}}) {
+        std::vector<float> out(rows + 1, -7.0f);
+        packed->MatVec(begin, end, a.data(), out.data());
+        for (int64_t r = 0; r <= rows; ++r) {
+          if (r < begin || r >= end) {
+            ASSERT_EQ(out[r], -7.0f) << "wrote outside the range: " << r;
+            continue;
+          }
+          const float want = VecDotReference(
+              type, w.bytes.data() + r * row_bytes, a.data(), n);
+          ASSERT_EQ(std::bit_cast<uint32_t>(out[r]),
+                    std::bit_cast<uint32_t>(want))
+              << "[" << begin << ", " << end << ") r=" << r;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(PackedMatrix::Pack(GgmlType::kQ4_K, nullptr, 4, 256), nullptr);
+}
+
 TEST(MatMulRowsTest, ThreadsOnDisjointRowRangesMatchOneCall) {
   std::mt19937 rng(5);
   const int64_t n = 256, rows = 101;
