@@ -50,6 +50,9 @@ struct ModelRunnerOptions {
   // Reproduce llama.cpp's arithmetic for prompt tokens (see
   // CpuBackendOptions::llamacpp_prompt_numerics).
   bool llamacpp_prompt_numerics = true;
+  // See CpuBackendOptions::pack_weights_for_decode. Prefill workers, which
+  // never run single-token steps, turn it off.
+  bool pack_weights_for_decode = true;
 };
 
 class ModelRunner {
