@@ -716,9 +716,17 @@ void QuantizeActivations(GgmlType vec_dot_type, const float* x, int64_t n,
   auto* o = static_cast<uint8_t*>(out);
   switch (vec_dot_type) {
     case GgmlType::kQ8_0:
+      if (CpuHasAvx512Vnni()) {
+        internal::QuantizeQ8Avx512(/*with_sum=*/false, x, n, o);
+        return;
+      }
       QuantizeQ8_0(x, n, o);
       return;
     case GgmlType::kQ8_1:
+      if (CpuHasAvx512Vnni()) {
+        internal::QuantizeQ8Avx512(/*with_sum=*/true, x, n, o);
+        return;
+      }
       QuantizeQ8_1(x, n, o);
       return;
     case GgmlType::kQ8_K:

@@ -594,6 +594,38 @@ void MatVecPacked(GgmlType type, const uint8_t* packed, int64_t cols,
   }
 }
 
+void QuantizeQ8Avx512(bool with_sum, const float* x, int64_t n, uint8_t* out) {
+  const int block_bytes = with_sum ? 36 : 34;
+  const int quant_offset = with_sum ? 4 : 2;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m512 lo = _mm512_loadu_ps(x + 32 * b);
+    const __m512 hi = _mm512_loadu_ps(x + 32 * b + 16);
+    // Activations are finite (matmul.h), so max is order-independent.
+    const float amax = _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const __m512 scale = _mm512_set1_ps(id);
+    // |x * id| <= 127: the conversion (round half to even) is exact as an
+    // integer and so is the narrowing.
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, scale));
+    const __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, scale));
+    uint8_t* ob = out + b * block_bytes;
+    const uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    std::memcpy(ob, &dh, 2);
+    if (with_sum) {
+      const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+      const uint16_t sh =
+          _cvtss_sh(static_cast<float>(sum) * d, _MM_FROUND_TO_NEAREST_INT);
+      std::memcpy(ob + 2, &sh, 2);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(ob + quant_offset),
+                     _mm512_cvtepi32_epi8(qlo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(ob + quant_offset + 16),
+                     _mm512_cvtepi32_epi8(qhi));
+  }
+}
+
 bool MatMulRowsAvx512(GgmlType weight_type, const uint8_t* weights, int64_t n,
                       int64_t row_begin, int64_t row_end,
                       const uint8_t* activations, int n_tokens, float* out,

@@ -56,6 +56,11 @@ void MatVecPacked(model::GgmlType type, const uint8_t* packed, int64_t cols,
                   int64_t row_begin, int64_t row_end, const uint8_t* activation,
                   float* out);
 
+// QuantizeActivations to Q8_0 (with_sum false) or Q8_1 (true), n a
+// multiple of 32: the same bytes as the portable quantizer (amax by vector
+// max, the same scalar scale arithmetic, round-half-even conversion).
+void QuantizeQ8Avx512(bool with_sum, const float* x, int64_t n, uint8_t* out);
+
 }  // namespace pdserve::kernels::internal
 
 #endif  // PDSERVE_KERNELS_MATMUL_AVX512_H_
