@@ -10,10 +10,12 @@
 //                 matrix is not in cache: 49152 x 576 is the output head);
 //   tokens 4..128 prefill and batched decode (compute-bound: the matrix
 //                 stays in L2 while every group of 4 tokens passes).
+// "PackedMatVec" cases run the decode kernel on weights repacked at load.
 // Counters: weight bytes read per second (GB/s) and integer multiply-adds
 // per second (GMAC/s). "Scalar" cases run VecDotReference row by row, the
 // reference every SIMD kernel equals bit for bit.
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -104,6 +106,24 @@ void BM_Scalar(benchmark::State& state, GgmlType type) {
   SetCounters(state, rows, cols, tokens, o.row_bytes);
 }
 
+// One token against weights repacked for decode (kernels::PackedMatrix).
+void BM_PackedMatVec(benchmark::State& state, GgmlType type) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  Operands o = Make(type, rows, cols, 1);
+  const std::unique_ptr<kernels::PackedMatrix> packed =
+      kernels::PackedMatrix::Pack(type, o.weights.data(), rows, cols);
+  if (packed == nullptr) {
+    state.SkipWithError("no packed kernel on this CPU");
+    return;
+  }
+  for (auto _ : state) {
+    packed->MatVec(0, rows, o.activations.data(), o.out.data());
+    benchmark::DoNotOptimize(o.out.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, rows, cols, 1, o.row_bytes);
+}
+
 // {rows, cols, tokens}: attention output / FFN up / FFN down of the default
 // model, and its Q8_0 output head.
 void Shapes(benchmark::internal::Benchmark* b) {
@@ -126,6 +146,14 @@ BENCHMARK_CAPTURE(BM_MatMulRows, q8_0, GgmlType::kQ8_0)
     ->Args({1536, 576, 32})
     ->Args({49152, 576, 1});
 BENCHMARK_CAPTURE(BM_Scalar, q8_0, GgmlType::kQ8_0)->Args({1536, 576, 1});
+// 1536 x 576 stays in L2 (compute); 49152 x 576 (the output head) and
+// 16 x 1536 x 576 stream from memory.
+BENCHMARK_CAPTURE(BM_PackedMatVec, q4_1, GgmlType::kQ4_1)
+    ->Args({1536, 576})
+    ->Args({24576, 576});
+BENCHMARK_CAPTURE(BM_PackedMatVec, q8_0, GgmlType::kQ8_0)
+    ->Args({1536, 576})
+    ->Args({49152, 576});
 
 }  // namespace
 }  // namespace pdserve::bench

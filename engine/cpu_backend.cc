@@ -116,14 +116,28 @@ absl::Status CpuBackend::Validate(const ForwardBatch& batch) const {
 
 void CpuBackend::MatMul(const WeightMatrix& w, const float* x, int n_tokens,
                         float* out, QuantizedRows* cache) {
+  MatMuls({{&w, out}}, x, n_tokens, cache);
+}
+
+void CpuBackend::MatMuls(std::initializer_list<MatMulJob> jobs, const float* x,
+                         int n_tokens, QuantizedRows* cache) {
   // VecDotType cannot fail: ModelWeights::Load refused unsupported formats.
-  const GgmlType format = *kernels::VecDotType(w.type);
+  const GgmlType format = *kernels::VecDotType(jobs.begin()->w->type);
+  constexpr size_t kMaxJobs = 4;
+  for (const MatMulJob& job : jobs) {
+    if (jobs.size() > kMaxJobs || *kernels::VecDotType(job.w->type) != format) {
+      // Mixed activation formats (some K-quant mixes), or more jobs than
+      // parts below: one region each.
+      for (const MatMulJob& one : jobs) MatMuls({one}, x, n_tokens, cache);
+      return;
+    }
+  }
+  const int64_t cols = jobs.begin()->w->cols;
   if (cache->source != x || cache->format != format) {
     cache->source = x;
     cache->format = format;
-    cache->row_bytes = kernels::ActivationRowBytes(format, w.cols);
+    cache->row_bytes = kernels::ActivationRowBytes(format, cols);
     cache->bytes.resize(cache->row_bytes * n_tokens);
-    const int64_t cols = w.cols;
     threads_.ParallelFor(n_tokens, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         kernels::QuantizeActivations(
@@ -132,21 +146,43 @@ void CpuBackend::MatMul(const WeightMatrix& w, const float* x, int n_tokens,
       }
     });
   }
-  if (n_tokens == 1) {
-    auto packed = packed_.find(w.data);
-    if (packed != packed_.end()) {
-      const kernels::PackedMatrix& m = *packed->second;
-      threads_.ParallelForGrained(w.rows, kernels::PackedMatrix::kRowGrain,
-                                  [&](int64_t begin, int64_t end) {
-                                    m.MatVec(begin, end, cache->bytes.data(),
-                                             out);
-                                  });
-      return;
+  // One parallel region over the matrices' rows laid end to end: a decode
+  // step then waits for its threads once per group of matrices that read
+  // the same input (Q, K, V; gate, up), not once per matrix. Each matrix
+  // starts at a multiple of the row grain, so a range aligned to it starts
+  // every matrix's part aligned too (the packed kernel needs that).
+  constexpr int64_t kGrain = kernels::PackedMatrix::kRowGrain;
+  struct Part {
+    const WeightMatrix* w;
+    float* out;
+    const kernels::PackedMatrix* packed;
+    int64_t offset;
+  };
+  std::array<Part, kMaxJobs> parts;
+  int count = 0;
+  int64_t total = 0;
+  for (const MatMulJob& job : jobs) {
+    const kernels::PackedMatrix* packed = nullptr;
+    if (n_tokens == 1) {
+      auto it = packed_.find(job.w->data);
+      if (it != packed_.end()) packed = it->second.get();
     }
+    parts[count++] = {job.w, job.out, packed, total};
+    total += (job.w->rows + kGrain - 1) / kGrain * kGrain;
   }
-  threads_.ParallelForGrained(w.rows, 4, [&](int64_t begin, int64_t end) {
-    kernels::MatMulRows(w.type, w.data, w.cols, begin, end, cache->bytes.data(),
-                        n_tokens, out, w.rows);
+  threads_.ParallelForGrained(total, kGrain, [&](int64_t begin, int64_t end) {
+    for (int i = 0; i < count; ++i) {
+      const Part& p = parts[i];
+      const int64_t lo = std::max(begin, p.offset) - p.offset;
+      const int64_t hi = std::min(end, p.offset + p.w->rows) - p.offset;
+      if (lo >= hi) continue;
+      if (p.packed != nullptr) {
+        p.packed->MatVec(lo, hi, cache->bytes.data(), p.out);
+      } else {
+        kernels::MatMulRows(p.w->type, p.w->data, p.w->cols, lo, hi,
+                            cache->bytes.data(), n_tokens, p.out, p.w->rows);
+      }
+    }
   });
 }
 
@@ -343,9 +379,8 @@ absl::Status CpuBackend::Forward(const ForwardBatch& batch,
     // Attention block.
     RmsNorm(x_.data(), L.attn_norm, T, xn_.data());
     qrows_a_.source = nullptr;
-    MatMul(L.wq, xn_.data(), T, q_.data(), &qrows_a_);
-    MatMul(L.wk, xn_.data(), T, k_.data(), &qrows_a_);
-    MatMul(L.wv, xn_.data(), T, v_.data(), &qrows_a_);
+    MatMuls({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}},
+            xn_.data(), T, &qrows_a_);
     if (config_.has_qkv_bias) {
       for (int t = 0; t < T; ++t) {
         for (int i = 0; i < Q; ++i) q_[int64_t{t} * Q + i] += L.bq[i];
@@ -366,8 +401,8 @@ absl::Status CpuBackend::Forward(const ForwardBatch& batch,
     // Feed-forward block: down(silu(gate(x)) * up(x)).
     RmsNorm(x_.data(), L.ffn_norm, T, xn_.data());
     qrows_a_.source = nullptr;
-    MatMul(L.ffn_gate, xn_.data(), T, gate_.data(), &qrows_a_);
-    MatMul(L.ffn_up, xn_.data(), T, up_.data(), &qrows_a_);
+    MatMuls({{&L.ffn_gate, gate_.data()}, {&L.ffn_up, up_.data()}}, xn_.data(),
+            T, &qrows_a_);
     threads_.ParallelFor(T, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         kernels::SwiGluGgml(F, gate_.data() + t * F, up_.data() + t * F,

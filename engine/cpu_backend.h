@@ -29,6 +29,7 @@
 #define PDSERVE_ENGINE_CPU_BACKEND_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -106,6 +107,14 @@ class CpuBackend : public ForwardBackend {
   // out[t * w.rows + r] = row r of w . x[t], for t < n_tokens.
   void MatMul(const model::WeightMatrix& w, const float* x, int n_tokens,
               float* out, QuantizedRows* cache);
+  // The products of up to four matrices that read the same rows x (Q, K
+  // and V; gate and up), out of one parallel region.
+  struct MatMulJob {
+    const model::WeightMatrix* w;
+    float* out;  // [n_tokens][w->rows]
+  };
+  void MatMuls(std::initializer_list<MatMulJob> jobs, const float* x,
+               int n_tokens, QuantizedRows* cache);
   void RmsNorm(const float* x, const std::vector<float>& weight, int n_tokens,
                float* out);
   void ComputeRopeTables(int n_tokens);
