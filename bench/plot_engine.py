@@ -33,7 +33,7 @@ def main():
                label=f"single-stream roofline ({r['bandwidth_gbps']:.1f} GB/s "
                      f"/ {r['bytes_per_decode_step'] / 1e6:.0f} MB per step)")
     ax.axhline(LLAMA_CPP_DECODE_TPS, linestyle=":", color="tab:red",
-               label="llama.cpp tg128 (reference table)")
+               label="llama.cpp tg128, single stream (issue 7's Zen 4 machine, not this one)")
     ax.set_xscale("log", base=2)
     ax.set_xticks([b for b, _ in batched])
     ax.set_xticklabels([str(b) for b, _ in batched])
