@@ -400,7 +400,8 @@ bool Run(const uint8_t* w, int64_t n, int64_t row_begin, int64_t row_end,
   const int64_t act_row_bytes = nb * F::kActBytes;
   int64_t chunk_rows = kChunkBytes / row_bytes / kTile * kTile;
   if (chunk_rows < kTile) chunk_rows = kTile;
-  // Two groups of four token slots (each about 150 KB: on the stack).
+  // Two groups of four token slots, about 210 KB each, on the stack: the
+  // engine calls this from threads of its own (default 8 MiB stacks).
   ActivationScales first, second;
   const ActivationScales* const groups[2] = {&first, &second};
   constexpr int kGroupTokens = 2 * kTile;
