@@ -44,9 +44,10 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
                      ") does not fit the model (", config.num_layers, ", ",
                      config.num_kv_heads, ", ", config.head_dim, ")"));
   }
-  if (l.dtype() != v1::KV_DTYPE_F16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the CPU backend keeps KV in fp16, not ", v1::KvDtype_Name(l.dtype())));
+  if (l.dtype() != v1::KV_DTYPE_F16 && l.dtype() != v1::KV_DTYPE_FP8_E4M3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CPU backend keeps KV in fp16 or fp8 (E4M3), not ",
+                     v1::KvDtype_Name(l.dtype())));
   }
   return std::unique_ptr<CpuBackend>(
       new CpuBackend(config, weights, std::move(pool), options));
@@ -60,7 +61,8 @@ CpuBackend::CpuBackend(const model::ModelConfig& config,
       weights_(weights),
       pool_(std::move(pool)),
       threads_(options.num_threads),
-      llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics) {
+      llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics),
+      fp8_kv_(pool_->layout().dtype() == v1::KV_DTYPE_FP8_E4M3) {
   if (!options.pack_weights_for_decode) return;
   auto pack = [this](const WeightMatrix& w) {
     std::unique_ptr<kernels::PackedMatrix> packed =
@@ -245,12 +247,17 @@ void CpuBackend::StoreKv(const ForwardBatch& batch, int layer, int n_tokens) {
     const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
     const int32_t pos = tokens_[t].pos;
     const uint32_t block = c.block_table[pos / bs];
-    auto* kdst = reinterpret_cast<uint16_t*>(
-        pool_->Slot(layer, block, KvHalf::kKey, pos % bs));
-    auto* vdst = reinterpret_cast<uint16_t*>(
-        pool_->Slot(layer, block, KvHalf::kValue, pos % bs));
-    kernels::Fp32ToFp16Row(k_.data() + int64_t{t} * kv, kv, kdst);
-    kernels::Fp32ToFp16Row(v_.data() + int64_t{t} * kv, kv, vdst);
+    uint8_t* kdst = pool_->Slot(layer, block, KvHalf::kKey, pos % bs);
+    uint8_t* vdst = pool_->Slot(layer, block, KvHalf::kValue, pos % bs);
+    const float* k = k_.data() + int64_t{t} * kv;
+    const float* v = v_.data() + int64_t{t} * kv;
+    if (fp8_kv_) {
+      kernels::Fp32ToFp8E4M3Row(k, kv, kdst);
+      kernels::Fp32ToFp8E4M3Row(v, kv, vdst);
+    } else {
+      kernels::Fp32ToFp16Row(k, kv, reinterpret_cast<uint16_t*>(kdst));
+      kernels::Fp32ToFp16Row(v, kv, reinterpret_cast<uint16_t*>(vdst));
+    }
   }
 }
 
@@ -274,6 +281,9 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
     thread_local std::vector<uint16_t> p16;
     thread_local std::vector<const uint16_t*> krows;
     thread_local std::vector<const uint16_t*> vrows;
+    // An fp8 cache's rows of this (token, head), widened to fp16 (exact),
+    // so that the f16 products below run unchanged.
+    thread_local std::vector<uint16_t> widened;
     q16.resize(d);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t slot = item / heads;
@@ -302,14 +312,23 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       p16.resize(n_pad);
       krows.resize(n_ctx);
       vrows.resize(n_ctx);
+      if (fp8_kv_) widened.resize(int64_t{2} * n_ctx * d);
       for (int32_t j = 0; j < n_ctx; ++j) {
         const BlockId block = c.block_table[j / bs];
-        krows[j] = reinterpret_cast<const uint16_t*>(
-                       pool_->Slot(layer, block, KvHalf::kKey, j % bs)) +
-                   kvh * d;
-        vrows[j] = reinterpret_cast<const uint16_t*>(
-                       pool_->Slot(layer, block, KvHalf::kValue, j % bs)) +
-                   kvh * d;
+        const uint8_t* key = pool_->Slot(layer, block, KvHalf::kKey, j % bs);
+        const uint8_t* value =
+            pool_->Slot(layer, block, KvHalf::kValue, j % bs);
+        if (fp8_kv_) {
+          uint16_t* k16 = widened.data() + int64_t{2 * j} * d;
+          uint16_t* v16 = k16 + d;
+          kernels::Fp8E4M3ToFp16Row(key + int64_t{kvh} * d, d, k16);
+          kernels::Fp8E4M3ToFp16Row(value + int64_t{kvh} * d, d, v16);
+          krows[j] = k16;
+          vrows[j] = v16;
+        } else {
+          krows[j] = reinterpret_cast<const uint16_t*>(key) + kvh * d;
+          vrows[j] = reinterpret_cast<const uint16_t*>(value) + kvh * d;
+        }
       }
       kernels::DotF16Many(order, d, krows.data(), n_ctx, q16.data(), scale,
                           scores.data());

@@ -1,5 +1,6 @@
 // CpuBackend: the transformer forward pass on the CPU, for the llama and
-// qwen2 families (model/model_config.h), over a paged fp16 KV cache.
+// qwen2 families (model/model_config.h), over a paged KV cache in fp16 (the
+// default, llama.cpp's numerics) or FP8 E4M3 (half the memory).
 //
 // Numerics follow llama.cpp's CPU backend closely, because pdserve's greedy
 // output is checked token for token against it:
@@ -127,6 +128,10 @@ class CpuBackend : public ForwardBackend {
   std::unique_ptr<KvCachePool> pool_;
   common::ThreadPool threads_;
   const bool llamacpp_prompt_numerics_;
+  // KV stored as FP8 E4M3 (half the memory of fp16): rounded once when
+  // stored, widened to fp16 exactly when read, so attention's arithmetic is
+  // the fp16 cache's on the rounded values.
+  const bool fp8_kv_;
   // Packed copies of the layer matrices, by their weights' address.
   absl::flat_hash_map<const uint8_t*, std::unique_ptr<kernels::PackedMatrix>>
       packed_;

@@ -22,6 +22,37 @@ ABSL_FLAG(bool, prefix_cache, true, "reuse KV of shared prompt prefixes");
 
 namespace pdserve::engine {
 
+// --kv_cache_dtype's value; a bad one is refused when flags are parsed.
+struct KvCacheDtypeFlag {
+  v1::KvDtype dtype = v1::KV_DTYPE_F16;
+};
+
+bool AbslParseFlag(absl::string_view text, KvCacheDtypeFlag* flag,
+                   std::string* error) {
+  if (text == "fp16" || text == "auto") {
+    flag->dtype = v1::KV_DTYPE_F16;
+  } else if (text == "fp8" || text == "fp8_e4m3") {
+    flag->dtype = v1::KV_DTYPE_FP8_E4M3;
+  } else {
+    *error = "expected fp16 or fp8_e4m3";
+    return false;
+  }
+  return true;
+}
+
+std::string AbslUnparseFlag(const KvCacheDtypeFlag& flag) {
+  return flag.dtype == v1::KV_DTYPE_FP8_E4M3 ? "fp8_e4m3" : "fp16";
+}
+
+}  // namespace pdserve::engine
+
+ABSL_FLAG(pdserve::engine::KvCacheDtypeFlag, kv_cache_dtype, {},
+          "how the KV cache stores K and V: fp16 (default; llama.cpp's "
+          "numerics) or fp8_e4m3 (half the memory per token). Prefill and "
+          "decode workers of one cluster must use the same");
+
+namespace pdserve::engine {
+
 std::string ModelPathFromFlags() {
   const std::string path = absl::GetFlag(FLAGS_model);
   return path.empty() ? model::DefaultModelPath() : path;
@@ -49,6 +80,7 @@ EngineOptions EngineOptionsFromFlags() {
   options.runner.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.runner.num_threads = absl::GetFlag(FLAGS_threads);
   options.runner.enable_prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  options.runner.kv_dtype = absl::GetFlag(FLAGS_kv_cache_dtype).dtype;
   options.max_running = absl::GetFlag(FLAGS_max_running);
   return options;
 }

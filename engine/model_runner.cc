@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   l.set_num_layers(c.num_layers);
   l.set_num_kv_heads(c.num_kv_heads);
   l.set_head_dim(c.head_dim);
-  l.set_dtype(v1::KV_DTYPE_F16);
+  l.set_dtype(options.kv_dtype);
   l.set_block_size_tokens(options.block_size);
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {

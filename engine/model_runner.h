@@ -53,6 +53,12 @@ struct ModelRunnerOptions {
   // See CpuBackendOptions::pack_weights_for_decode. Prefill workers, which
   // never run single-token steps, turn it off.
   bool pack_weights_for_decode = true;
+  // How the KV cache stores K and V: KV_DTYPE_F16 (llama.cpp's numerics,
+  // token for token) or KV_DTYPE_FP8_E4M3 (half the memory: twice the
+  // tokens in the same kv_cache_bytes; attention sees each K and V value
+  // rounded to fp8). Part of the KV layout, so prefill and decode workers
+  // must agree (a transfer between different layouts is refused).
+  v1::KvDtype kv_dtype = v1::KV_DTYPE_F16;
 };
 
 class ModelRunner {

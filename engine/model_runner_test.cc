@@ -252,6 +252,64 @@ TEST_P(ModelRunnerTest, ResultsDoNotDependOnThreadCount) {
 }
 
 // One model per architecture variant, in different block formats.
+// An FP8 KV cache: twice the blocks in the same bytes, logits close to the
+// fp16 cache's but not equal (the cache really holds rounded values), and
+// the same logits whether the prompt is prefilled or fed token by token
+// (values are rounded once, when stored).
+TEST_P(ModelRunnerTest, Fp8KvCacheHoldsTwiceTheTokensAndStaysClose) {
+  auto m = OpenTiny(Options(), "runner_fp8.gguf");
+  ASSERT_NE(m, nullptr);
+  ModelRunnerOptions fp16 = RunnerOptions();
+  fp16.kv_cache_bytes = int64_t{1} << 20;
+  ModelRunnerOptions fp8 = fp16;
+  fp8.kv_dtype = v1::KV_DTYPE_FP8_E4M3;
+  {
+    auto a = ModelRunner::Create(*m, fp16);
+    auto b = ModelRunner::Create(*m, fp8);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ((*b)->blocks().stats().total_blocks,
+              2 * (*a)->blocks().stats().total_blocks);
+  }
+  const int vocab = m->config().vocab_size;
+  const std::vector<int32_t> seq = Prompt(24, 3, vocab);
+  const auto want = OneAtATime(*m, seq, fp16);
+  const auto got = OneAtATime(*m, seq, fp8);
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  bool any_different = false;
+  int same_argmax = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    float lo = want[i][0], hi = want[i][0], diff = 0;
+    for (int v = 0; v < vocab; ++v) {
+      lo = std::min(lo, want[i][v]);
+      hi = std::max(hi, want[i][v]);
+      diff = std::max(diff, std::abs(got[i][v] - want[i][v]));
+    }
+    worst = std::max<double>(worst, diff / (hi - lo));
+    any_different |= got[i] != want[i];
+    same_argmax +=
+        std::max_element(got[i].begin(), got[i].end()) - got[i].begin() ==
+        std::max_element(want[i].begin(), want[i].end()) - want[i].begin();
+  }
+  std::printf(
+      "fp8 KV: worst logit difference %.4f of the logit range, "
+      "argmax equal at %d of %zu steps\n",
+      worst, same_argmax, want.size());
+  EXPECT_TRUE(any_different) << "the fp8 cache changed nothing";
+  // Random tiny weights make logits touchy (0.07-0.18 of the range seen);
+  // the real model's agreement is checked in reference_test.
+  EXPECT_LE(worst, 0.3);
+  EXPECT_GE(same_argmax, static_cast<int>(want.size()) * 2 / 3);
+  // Prefilled at once: the same as token by token (exact where prompt
+  // numerics do not switch the f16 order).
+  auto r = MakeRunner(*m, fp8);
+  ASSERT_NE(r, nullptr);
+  auto out = r->Prefill({{7, seq}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectSameLogits((*out)[0].logits, got.back(), exact_vs_one_at_a_time(),
+                   "fp8 prefill vs one at a time");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelRunnerTest,
     ::testing::Combine(::testing::Values("llama-q4_1", "qwen2-q8_0",

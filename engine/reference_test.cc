@@ -80,9 +80,11 @@ std::vector<ReferenceCase> LoadCases() {
 
 // Greedy generation of every request together in one engine.
 std::vector<std::vector<int32_t>> GreedyAll(
-    const model::Model& m, const std::vector<const ReferenceCase*>& cases) {
+    const model::Model& m, const std::vector<const ReferenceCase*>& cases,
+    v1::KvDtype kv_dtype = v1::KV_DTYPE_F16) {
   EngineOptions o;
   o.runner.kv_cache_bytes = int64_t{64} << 20;
+  o.runner.kv_dtype = kv_dtype;
   auto engine = LlmEngine::Create(m, o);
   EXPECT_TRUE(engine.ok()) << engine.status();
   std::vector<std::vector<int32_t>> out(cases.size());
@@ -216,6 +218,40 @@ TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
   }
   std::printf("%d of %zu continuations identical to llama.cpp\n", identical,
               cases.size());
+}
+
+// The FP8 KV cache changes the numbers (each K and V value rounded to 3
+// mantissa bits; this model's K reach about 20 and V about 5, well inside
+// E4M3's 448), so token-for-token agreement with llama.cpp's fp16 cache is
+// not expected all the way; the continuations must still follow llama.cpp's
+// for a good part.
+TEST(ReferenceTest, DefaultModelWithFp8KvCacheStaysCloseToLlamaCpp) {
+  const model::Model* m = DefaultModel();
+  if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
+  std::vector<ReferenceCase> all = LoadCases();
+  std::vector<const ReferenceCase*> cases;
+  for (const ReferenceCase& c : all) {
+    if (c.model == "default") cases.push_back(&c);
+  }
+  const auto greedy = GreedyAll(*m, cases, v1::KV_DTYPE_FP8_E4M3);
+  size_t agreed = 0, total = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<int32_t>& want = cases[i]->greedy_ids;
+    size_t k = 0;
+    while (k < greedy[i].size() && k < want.size() && greedy[i][k] == want[k]) {
+      ++k;
+    }
+    std::printf("%-8s fp8 KV: first %zu of %zu tokens as llama.cpp\n",
+                cases[i]->name.c_str(), k, want.size());
+    agreed += k;
+    total += want.size();
+  }
+  std::printf("fp8 KV: %zu of %zu tokens before the first difference\n", agreed,
+              total);
+  // Measured: 253 of 528 (deterministic: every kernel is bit-exact across
+  // CPUs and thread counts); two prompts differ from their first token, a
+  // near-tie. A broken fp8 path agrees on almost nothing.
+  EXPECT_GE(agreed * 10, total * 4);
 }
 
 TEST(ReferenceTest, DefaultModelKnowsTheCapitalOfFrance) {

@@ -1,7 +1,11 @@
 #include "kernels/quant.h"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -321,6 +325,54 @@ __attribute__((target("avx512f,f16c"))) int64_t Fp16ToFp32Avx512(
 #endif
 
 }  // namespace
+
+uint8_t Fp32ToFp8E4M3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  if (std::isnan(f)) return sign | 0x7F;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7E;  // saturate (infinities included)
+  if (a == 0.0f) return sign;
+  int e;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): floor(log2 a) = e - 1
+  // Quantum: 2^(e - 1 - 3) for normals, 2^-9 for subnormals (e - 1 < -6).
+  const int quantum_exp = std::max(e - 1, -6) - 3;
+  // a / quantum is exact (a power of two); nearbyint rounds half to even.
+  const int q = static_cast<int>(std::nearbyint(std::ldexp(a, -quantum_exp)));
+  if (quantum_exp == -9) {  // subnormal range: q in [0, 8]; 8 is 2^-6
+    return sign | static_cast<uint8_t>(q);
+  }
+  // Normal: q in [8, 16]; 16 carries into the next binade.
+  const int exponent = quantum_exp + 3 + 7 + (q == 16 ? 1 : 0);
+  const int mantissa = q == 16 ? 0 : q - 8;
+  const int code = (exponent << 3) | mantissa;
+  return sign | static_cast<uint8_t>(code > 0x7E ? 0x7E : code);
+}
+
+float Fp8E4M3ToFp32(uint8_t v) {
+  const float sign = (v & 0x80) ? -1.0f : 1.0f;
+  const int exponent = (v >> 3) & 0xF;
+  const int mantissa = v & 0x7;
+  if (exponent == 0xF && mantissa == 0x7) {
+    return std::copysign(std::numeric_limits<float>::quiet_NaN(), sign);
+  }
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+}
+
+void Fp32ToFp8E4M3Row(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToFp8E4M3(x[i]);
+}
+
+void Fp8E4M3ToFp16Row(const uint8_t* v, int64_t n, uint16_t* out) {
+  static const std::array<uint16_t, 256>* table = [] {
+    auto* t = new std::array<uint16_t, 256>;
+    for (int i = 0; i < 256; ++i) {
+      (*t)[i] = Fp32ToFp16(Fp8E4M3ToFp32(static_cast<uint8_t>(i)));
+    }
+    return t;
+  }();
+  for (int64_t i = 0; i < n; ++i) out[i] = (*table)[v[i]];
+}
 
 void Fp32ToFp16Row(const float* x, int64_t n, uint16_t* out) {
   int64_t i = 0;

@@ -55,6 +55,17 @@ uint16_t Fp32ToFp16(float f);
 void Fp32ToFp16Row(const float* x, int64_t n, uint16_t* out);
 void Fp16ToFp32Row(const uint16_t* h, int64_t n, float* out);
 
+// FP8 E4M3 (OCP; 4 exponent bits with bias 7, 3 mantissa bits, no
+// infinities, NaN = S.1111.111; largest finite 448), the KV cache's 8-bit
+// option. binary32 -> E4M3 rounds to nearest, ties to even, and saturates:
+// magnitudes past 448 (infinities too) become +-448, as vLLM's fp8 KV cache
+// does; NaN stays NaN. E4M3 -> binary16 is exact (every E4M3 value is a
+// half).
+uint8_t Fp32ToFp8E4M3(float f);
+float Fp8E4M3ToFp32(uint8_t v);
+void Fp32ToFp8E4M3Row(const float* x, int64_t n, uint8_t* out);
+void Fp8E4M3ToFp16Row(const uint8_t* v, int64_t n, uint16_t* out);
+
 // bfloat16 (the top 16 bits of a binary32) -> binary32; exact.
 float Bf16ToFp32(uint16_t b);
 

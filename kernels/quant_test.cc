@@ -74,6 +74,53 @@ void CheckRow(GgmlType type, const std::vector<uint8_t>& blocks,
 // the scalar ones bit for bit: every half, and floats around every rounding
 // edge (ties, subnormals, overflow, infinities, NaNs), on lengths that leave
 // tails.
+// E4M3 against its definition: every code decodes to sign * 2^(e-7) *
+// (1 + m/8) (subnormals m/8 * 2^-6), encodes back to itself, and floats in
+// between round to the nearer code, ties to the even one; past 448 they
+// saturate.
+TEST(Fp8E4M3Test, EveryCodeRoundTripsAndHalfwayValuesTieToEven) {
+  EXPECT_EQ(Fp8E4M3ToFp32(0x7E), 448.0f);
+  EXPECT_EQ(Fp8E4M3ToFp32(0x08), std::ldexp(1.0f, -6));
+  EXPECT_EQ(Fp8E4M3ToFp32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(Fp8E4M3ToFp32(0x38), 1.0f);
+  EXPECT_EQ(Fp8E4M3ToFp32(0xB8), -1.0f);
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToFp32(0x7F)));
+  std::vector<float> finite;  // ascending positive values of codes 0..0x7E
+  for (int code = 0; code < 256; ++code) {
+    const float v = Fp8E4M3ToFp32(static_cast<uint8_t>(code));
+    if (std::isnan(v)) continue;
+    if (v == 0.0f) {
+      EXPECT_EQ(Fp32ToFp8E4M3(v), code) << code;  // +0 and -0 keep signs
+      continue;
+    }
+    EXPECT_EQ(Fp32ToFp8E4M3(v), code) << code;
+    if (code < 0x80) finite.push_back(v);
+  }
+  ASSERT_EQ(finite.size(), 126u);
+  for (size_t i = 0; i + 1 < finite.size(); ++i) {
+    const float lo = finite[i], hi = finite[i + 1];
+    const int lo_code = static_cast<int>(i) + 1, hi_code = lo_code + 1;
+    const float mid = 0.5f * (lo + hi);  // exact: a few bits
+    EXPECT_EQ(Fp32ToFp8E4M3(std::nextafter(mid, 0.0f)), lo_code) << lo;
+    EXPECT_EQ(Fp32ToFp8E4M3(std::nextafter(mid, 1e9f)), hi_code) << lo;
+    EXPECT_EQ(Fp32ToFp8E4M3(mid), lo_code % 2 == 0 ? lo_code : hi_code) << lo;
+    EXPECT_EQ(Fp32ToFp8E4M3(-mid), 0x80 | Fp32ToFp8E4M3(mid));
+  }
+  EXPECT_EQ(Fp32ToFp8E4M3(1000.0f), 0x7E);
+  EXPECT_EQ(Fp32ToFp8E4M3(-std::numeric_limits<float>::infinity()), 0xFE);
+  EXPECT_EQ(Fp32ToFp8E4M3(std::ldexp(1.0f, -11)), 0x00);  // below half 2^-9
+  // The row forms: fp16 of the same values.
+  std::vector<uint8_t> codes(256);
+  std::vector<uint16_t> halves(256);
+  for (int i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(i);
+  Fp8E4M3ToFp16Row(codes.data(), 256, halves.data());
+  for (int i = 0; i < 256; ++i) {
+    const float v = Fp8E4M3ToFp32(static_cast<uint8_t>(i));
+    if (std::isnan(v)) continue;
+    EXPECT_EQ(Fp16ToFp32(halves[i]), v) << i;
+  }
+}
+
 TEST(Fp16RowTest, RowConversionsEqualTheScalarOnes) {
   std::vector<uint16_t> halves(65536 + 7);
   for (size_t i = 0; i < halves.size(); ++i) {
