@@ -40,12 +40,13 @@ Outcome Generate(const std::string& address, const v1::GenerateRequest& request,
   return out;
 }
 
-OfflineEngine::OfflineEngine(const std::string& path) {
+OfflineEngine::OfflineEngine(const std::string& path, v1::KvDtype kv_dtype) {
   auto model = model::Model::Open(path);
   EXPECT_TRUE(model.ok()) << model.status();
   model_ = std::move(model).value();
   engine::EngineOptions options;
   options.runner.num_threads = 1;
+  options.runner.kv_dtype = kv_dtype;
   auto engine = engine::LlmEngine::Create(*model_, options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   engine_ = std::move(engine).value();

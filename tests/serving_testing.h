@@ -44,7 +44,9 @@ Outcome Generate(const std::string& address, const v1::GenerateRequest& request,
 // The offline engine on the same model file: the reference for answers.
 class OfflineEngine {
  public:
-  explicit OfflineEngine(const std::string& path);
+  // `kv_dtype`: the KV cache's, as the cluster's workers keep it.
+  explicit OfflineEngine(const std::string& path,
+                         v1::KvDtype kv_dtype = v1::KV_DTYPE_F16);
   Outcome Run(const v1::GenerateRequest& request);
   const model::Model& model() const { return *model_; }
 
