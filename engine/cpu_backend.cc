@@ -126,13 +126,16 @@ void CpuBackend::MatMuls(std::initializer_list<MatMulJob> jobs, const float* x,
   // VecDotType cannot fail: ModelWeights::Load refused unsupported formats.
   const GgmlType format = *kernels::VecDotType(jobs.begin()->w->type);
   constexpr size_t kMaxJobs = 4;
-  for (const MatMulJob& job : jobs) {
-    if (jobs.size() > kMaxJobs || *kernels::VecDotType(job.w->type) != format) {
-      // Mixed activation formats (some K-quant mixes), or more jobs than
-      // parts below: one region each.
-      for (const MatMulJob& one : jobs) MatMuls({one}, x, n_tokens, cache);
-      return;
-    }
+  const bool one_region =
+      jobs.size() <= kMaxJobs &&
+      std::all_of(jobs.begin(), jobs.end(), [&](const MatMulJob& job) {
+        return *kernels::VecDotType(job.w->type) == format;
+      });
+  if (!one_region) {
+    // Mixed activation formats (some K-quant mixes), or more jobs than
+    // parts below: one region each.
+    for (const MatMulJob& one : jobs) MatMuls({one}, x, n_tokens, cache);
+    return;
   }
   const int64_t cols = jobs.begin()->w->cols;
   if (cache->source != x || cache->format != format) {

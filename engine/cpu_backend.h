@@ -132,7 +132,8 @@ class CpuBackend : public ForwardBackend {
   // stored, widened to fp16 exactly when read, so attention's arithmetic is
   // the fp16 cache's on the rounded values.
   const bool fp8_kv_;
-  // Packed copies of the layer matrices, by their weights' address.
+  // Packed copies of the layer matrices and the output head, by their
+  // weights' address.
   absl::flat_hash_map<const uint8_t*, std::unique_ptr<kernels::PackedMatrix>>
       packed_;
 

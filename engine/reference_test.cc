@@ -167,14 +167,21 @@ const model::Model* DefaultModel() {
   return kModel;
 }
 
-TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
-  const model::Model* m = DefaultModel();
-  if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
-  std::vector<ReferenceCase> all = LoadCases();
+// The cases of `all` that run on the default model.
+std::vector<const ReferenceCase*> DefaultModelCases(
+    const std::vector<ReferenceCase>& all) {
   std::vector<const ReferenceCase*> cases;
   for (const ReferenceCase& c : all) {
     if (c.model == "default") cases.push_back(&c);
   }
+  return cases;
+}
+
+TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
+  const model::Model* m = DefaultModel();
+  if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
+  const std::vector<ReferenceCase> all = LoadCases();
+  const std::vector<const ReferenceCase*> cases = DefaultModelCases(all);
   ASSERT_GE(cases.size(), 8u);
   for (const ReferenceCase* c : cases) {
     SCOPED_TRACE(c->name);
@@ -228,11 +235,8 @@ TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
 TEST(ReferenceTest, DefaultModelWithFp8KvCacheStaysCloseToLlamaCpp) {
   const model::Model* m = DefaultModel();
   if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
-  std::vector<ReferenceCase> all = LoadCases();
-  std::vector<const ReferenceCase*> cases;
-  for (const ReferenceCase& c : all) {
-    if (c.model == "default") cases.push_back(&c);
-  }
+  const std::vector<ReferenceCase> all = LoadCases();
+  const std::vector<const ReferenceCase*> cases = DefaultModelCases(all);
   const auto greedy = GreedyAll(*m, cases, v1::KV_DTYPE_FP8_E4M3);
   size_t agreed = 0, total = 0;
   for (size_t i = 0; i < cases.size(); ++i) {

@@ -130,7 +130,9 @@ PD_AVX512 void DotF16ManyAvx512(bool vec_dot, int64_t n,
       }
       const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]),
                                      _mm512_add_ps(acc[1], acc[3]));
-      dot = static_cast<float>(static_cast<double>(ReduceAdd16Avx512(s)));
+      // DotF16Ggml's double sum of one float (no leftovers here) is that
+      // float.
+      dot = ReduceAdd16Avx512(s);
     } else {
       __m512 acc = _mm512_setzero_ps();
       for (int c = 0; c < chunks; ++c) {
@@ -391,19 +393,8 @@ void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
     DotF16ManyAvx512(vec_dot, n, rows, count, y, scale, out);
     return;
   }
-  if (HaveAvx512()) {
-    const float* half = HalfTable();
-    for (int64_t j = 0; j < count; ++j) {
-      out[j] = (vec_dot ? DotF16GgmlAvx512(n, rows[j], y, half)
-                        : DotF16TinyBlasAvx512(n, rows[j], y)) *
-               scale;
-    }
-    return;
-  }
   for (int64_t j = 0; j < count; ++j) {
-    out[j] = (vec_dot ? DotF16GgmlPortable(n, rows[j], y)
-                      : DotF16TinyBlasPortable(n, rows[j], y)) *
-             scale;
+    out[j] = DotF16(order, n, rows[j], y) * scale;
   }
 }
 

@@ -791,6 +791,7 @@ std::unique_ptr<PackedMatrix> PackedMatrix::Pack(GgmlType weight_type,
                                                  const void* weights,
                                                  int64_t rows, int64_t n) {
   if (!CpuHasAvx512Vnni() || rows <= 0 || n <= 0 || n % 32 != 0 ||
+      n / 32 > internal::kMaxAvx512Blocks ||
       internal::PackedBytes(weight_type, rows, n) == 0) {
     return nullptr;
   }

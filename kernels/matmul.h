@@ -116,7 +116,8 @@ void MatMulRows(model::GgmlType weight_type, const void* weights, int64_t n,
 // Pack; concurrent MatVec calls on disjoint row ranges are safe.
 class PackedMatrix {
  public:
-  // Empty when there is no packed kernel for this type on this CPU.
+  // Empty when there is no packed kernel for this type on this CPU, or
+  // for rows of more than 16384 elements.
   static std::unique_ptr<PackedMatrix> Pack(model::GgmlType weight_type,
                                             const void* weights, int64_t rows,
                                             int64_t n);

@@ -9,20 +9,23 @@
 //   out = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + summs
 // One vpdpbusd computes the eight lane sums exactly as ggml groups them
 // (unsigned weight bytes times signed activation bytes, four products per
-// int32 lane), so every (r, t) pair keeps its own eight-lane accumulator in a
-// ymm register and the float operations are the reference's, one by one:
-// results are bit for bit those of the portable kernels.
+// int32 lane), and every float operation is the reference's, one by one, in
+// the same order: results are bit for bit those of the portable kernels.
 //
 // Signed weights are made unsigned for vpdpbusd by an offset that the
 // accumulator starts from: Q8_0 as w + 128 (lanes start at -128 * sum(y)),
 // Q4_0 quants are already 0..15 with the value q - 8 (lanes start at
 // -8 * sum(y)). Both integers are exact.
 //
-// Register tiles of up to 4 rows x 4 tokens: each weight block is unpacked
-// once for four tokens and each activation block loaded once for four rows;
-// the 16 scale products d_w * d_x of a block are one 16-lane multiply.
-// Rows are walked in chunks of about 256 KiB so that a chunk stays in L2
-// while every group of four tokens passes over it (prefill, batched decode).
+// Three kernels:
+//  - TransposedTile (two to eight tokens: prefill, batched decode): 4 rows x
+//    up to 8 tokens, one 16-lane register per ggml lane holding 16 (row,
+//    token) pairs. Rows are walked in chunks of about 256 KiB so that a
+//    chunk stays in L2 while every group of tokens passes over it.
+//  - OneTokenTile (one token on weights as the GGUF file has them): 4 rows,
+//    one eight-lane register per row.
+//  - MatVecPackedRows (one token on weights repacked at load, decode's
+//    kernel): 16 rows per group, no shuffles.
 #include "kernels/matmul_avx512.h"
 
 #include <immintrin.h>
@@ -151,25 +154,31 @@ void PrepareActivations(const uint8_t* act, int64_t act_row_bytes, int64_t nb,
   }
 }
 
-// The scale (and min) of block b of the tile's rows, as the 16-lane vectors
-// the tile multiplies with: lane p = r * 4 + t holds row r's value (rows
-// past the tile's read row 0 again: their lanes are never used). Four
-// scalar loads of the rows' block headers (f16 d, f16 m): a gather is much
-// slower on CPUs with the Gather Data Sampling mitigation.
 inline uint32_t LoadU32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-template <class F, int RT>
-inline void WeightScales(const uint8_t* block, int64_t row_bytes, __m512* d16,
-                         __m512* m16) {
-  const __m128i headers = _mm_set_epi32(
-      static_cast<int>(LoadU32(block + (RT > 3 ? 3 * row_bytes : 0))),
-      static_cast<int>(LoadU32(block + (RT > 2 ? 2 * row_bytes : 0))),
-      static_cast<int>(LoadU32(block + (RT > 1 ? row_bytes : 0))),
-      static_cast<int>(LoadU32(block)));
+// The tile's four row pointers; rows past `rows` read row 0 again (their
+// lanes are computed and never stored).
+inline void TileRows(const uint8_t* w, int64_t row_bytes, int rows,
+                     const uint8_t* row[kTile]) {
+  for (int r = 0; r < kTile; ++r) row[r] = w + (r < rows ? r * row_bytes : 0);
+}
+
+// The scale (and min) of the block at `offset` in the tile's rows, as the
+// 16-lane vectors the tiles multiply with: lane p = r * 4 + t holds row r's
+// value. Four scalar loads of the block headers (f16 d, f16 m): a gather is
+// much slower on CPUs with the Gather Data Sampling mitigation.
+template <class F>
+inline void WeightScales(const uint8_t* const row[kTile], int64_t offset,
+                         __m512* d16, __m512* m16) {
+  const __m128i headers =
+      _mm_set_epi32(static_cast<int>(LoadU32(row[3] + offset)),
+                    static_cast<int>(LoadU32(row[2] + offset)),
+                    static_cast<int>(LoadU32(row[1] + offset)),
+                    static_cast<int>(LoadU32(row[0] + offset)));
   // [d0, m0, d1, m1, d2, m2, d3, m3] (Q4_0 / Q8_0: m lanes hold quants).
   const __m512 dm = _mm512_castps256_ps512(_mm256_cvtph_ps(headers));
   *d16 = _mm512_permutexvar_ps(
@@ -180,6 +189,18 @@ inline void WeightScales(const uint8_t* block, int64_t row_bytes, __m512* d16,
   }
 }
 
+// The tiles read four short rows side by side; the hardware prefetcher does
+// not run far enough ahead of that (decode waited on memory in every block),
+// so the tile two ahead is prefetched as this one runs: three lines per
+// block cover 4 * 34 bytes, the most a block of four rows takes.
+inline void PrefetchTileAhead(const uint8_t* w, int64_t row_bytes, int64_t b) {
+  const char* ahead =
+      reinterpret_cast<const char*>(w + 2 * kTile * row_bytes + b * 192);
+  _mm_prefetch(ahead, _MM_HINT_T0);
+  _mm_prefetch(ahead + 64, _MM_HINT_T0);
+  _mm_prefetch(ahead + 128, _MM_HINT_T0);
+}
+
 // ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)), as ggml's hsum_float_8.
 inline float SumLanes(__m256 v) {
   __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
@@ -188,36 +209,38 @@ inline float SumLanes(__m256 v) {
   return _mm_cvtss_f32(r);
 }
 
-// out[t * out_stride + r] for r < RT, t < TT; w: the tile's first row, act:
-// its first token.
-template <class F, int RT, int TT>
-void Tile(const uint8_t* w, int64_t row_bytes, int64_t nb, const uint8_t* act,
-          int64_t act_row_bytes, const ActivationScales& scales, float* out,
-          int64_t out_stride) {
-  // Kept in registers: every loop over r and t below is unrolled.
-  __m256 acc[RT][TT];
+// The same additions for 16 outputs at once, lane l of acc[i] being ggml
+// lane i of output l; then + summs.
+inline __m512 SumLanes16(const __m512 acc[8], __m512 summs) {
+  const __m512 r0 = _mm512_add_ps(acc[0], acc[4]);
+  const __m512 r1 = _mm512_add_ps(acc[1], acc[5]);
+  const __m512 r2 = _mm512_add_ps(acc[2], acc[6]);
+  const __m512 r3 = _mm512_add_ps(acc[3], acc[7]);
+  return _mm512_add_ps(
+      _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3)), summs);
+}
+
+// out[r] for r < RT of one token: each row keeps its own eight-lane
+// accumulator in a ymm register (the shape of ggml's own kernel). w: the
+// tile's first row; act: the token's activation row.
+template <class F, int RT>
+void OneTokenTile(const uint8_t* w, int64_t row_bytes, int64_t nb,
+                  const uint8_t* act, const ActivationScales& scales,
+                  float* out) {
+  const uint8_t* row[kTile];
+  TileRows(w, row_bytes, RT, row);
+  // Kept in registers: every loop over r below is unrolled.
+  __m256 acc[RT];
 #pragma GCC unroll 4
-  for (int r = 0; r < RT; ++r) {
-#pragma GCC unroll 4
-    for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
+  for (int r = 0; r < RT; ++r) acc[r] = _mm256_setzero_ps();
   __m512 summs = _mm512_setzero_ps();
-  // The tile reads RT short rows side by side; the hardware prefetcher
-  // does not run far enough ahead of that (decode waited on memory in every
-  // block), so the tile two ahead is prefetched as this one runs: three
-  // lines per block cover RT * row_bytes (at most 4 * 34 bytes per block).
-  const uint8_t* ahead = w + 2 * RT * row_bytes;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = w + b * F::kBlockBytes;
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192 + 64),
-                 _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192 + 128),
-                 _MM_HINT_T0);
+    const int64_t offset = b * F::kBlockBytes;
+    PrefetchTileAhead(w, row_bytes, b);
     __m512 dw16, mw16;
-    WeightScales<F, RT>(wb, row_bytes, &dw16, &mw16);
+    WeightScales<F>(row, offset, &dw16, &mw16);
     // Kept in a register: a store here read back lane by lane would stall
-    // on store forwarding in every block.
+    // on store forwarding in every block. Token slot 0: lanes r * 4.
     const __m512 dd = _mm512_mul_ps(
         dw16, _mm512_broadcast_f32x4(_mm_load_ps(scales.d + b * kTile)));
     if constexpr (F::kHasMin) {
@@ -225,55 +248,41 @@ void Tile(const uint8_t* w, int64_t row_bytes, int64_t nb, const uint8_t* act,
           summs, _mm512_mul_ps(mw16, _mm512_broadcast_f32x4(
                                          _mm_load_ps(scales.s + b * kTile))));
     }
-    __m256i wq[RT];
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+        act + b * F::kActBytes + F::kActQuantOffset));
+    const __m256i start = F::kLaneOffset != 0 ? scales.lane_start[b * kTile]
+                                              : _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int r = 0; r < RT; ++r) {
-      wq[r] = F::Unpack(wb + r * row_bytes + F::kQuantOffset);
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < TT; ++t) {
-      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-          act + t * act_row_bytes + b * F::kActBytes + F::kActQuantOffset));
-      const __m256i start = F::kLaneOffset != 0
-                                ? scales.lane_start[b * kTile + t]
-                                : _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int r = 0; r < RT; ++r) {
-        const __m256i lanes = _mm256_dpbusd_epi32(start, wq[r], y);
-        const __m256 d = _mm512_castps512_ps256(
-            _mm512_permutexvar_ps(_mm512_set1_epi32(r * kTile + t), dd));
-        acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r][t]);
-      }
+      const __m256i lanes = _mm256_dpbusd_epi32(
+          start, F::Unpack(row[r] + offset + F::kQuantOffset), y);
+      const __m256 d = _mm512_castps512_ps256(
+          _mm512_permutexvar_ps(_mm512_set1_epi32(r * kTile), dd));
+      acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r]);
     }
   }
   alignas(64) float sm[16];
   _mm512_store_ps(sm, summs);
 #pragma GCC unroll 4
-  for (int r = 0; r < RT; ++r) {
-#pragma GCC unroll 4
-    for (int t = 0; t < TT; ++t) {
-      out[t * out_stride + r] = SumLanes(acc[r][t]) + sm[r * kTile + t];
-    }
-  }
+  for (int r = 0; r < RT; ++r) out[r] = SumLanes(acc[r]) + sm[r * kTile];
 }
 
-// The same outputs as Tile<F, RT, TT> (bit for bit) for two to eight
-// tokens, with the registers turned the other way: per group of four token
-// slots, one 16-lane register per ggml lane i (eight of them), lane
-// p = r * 4 + t holding pair (r, t). Each block then takes, per ggml lane,
-// one two-source permute (word i of each row, shared by the G groups), and
-// per group one vpdpbusd, one convert and one 16-lane fused multiply-add
-// with the 16 scale products as they are, where Tile spends a permute, a
-// vpdpbusd, a convert and an eight-lane multiply-add per pair: about a
-// third of the instructions per multiply-add. The final sums are the same
-// additions, done for 16 pairs at once.
+// The same outputs as OneTokenTile would give token by token (bit for bit),
+// for two to eight tokens, with the registers turned around: per group of
+// four token slots, one 16-lane register per ggml lane i (eight of them),
+// lane p = r * 4 + t holding pair (r, t). Each block then takes, per ggml
+// lane, one two-source permute (word i of each row, shared by the G
+// groups), and per group one vpdpbusd, one convert and one 16-lane fused
+// multiply-add with the 16 scale products as they are, where OneTokenTile
+// spends a permute, a vpdpbusd, a convert and an eight-lane multiply-add per
+// pair: about a third of the instructions per multiply-add. The final sums
+// are the same additions, done for 16 pairs at once.
 template <class F, int G>
 void TransposedTile(const uint8_t* w, int64_t row_bytes, int64_t nb, int rows,
                     const int* tokens, const ActivationScales* const* scales,
                     float* out, int64_t out_stride) {
-  // Rows past the tile read row 0 again; their lanes are not stored.
   const uint8_t* row[kTile];
-  for (int r = 0; r < kTile; ++r) row[r] = w + (r < rows ? r * row_bytes : 0);
+  TileRows(w, row_bytes, rows, row);
   __m512 acc[G][8];
   __m512 summs[G];
   for (int g = 0; g < G; ++g) {
@@ -283,30 +292,17 @@ void TransposedTile(const uint8_t* w, int64_t row_bytes, int64_t nb, int rows,
   // Lane p: word i of row p / 4 in [z01 | z23], for word_of_lane + i.
   const __m512i word_of_lane =
       _mm512_set_epi32(24, 24, 24, 24, 16, 16, 16, 16, 8, 8, 8, 8, 0, 0, 0, 0);
-  const uint8_t* ahead = w + 2 * kTile * row_bytes;  // see Tile
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t offset = b * F::kBlockBytes;
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192 + 64),
-                 _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 192 + 128),
-                 _MM_HINT_T0);
-    const __m128i headers =
-        _mm_set_epi32(static_cast<int>(LoadU32(row[3] + offset)),
-                      static_cast<int>(LoadU32(row[2] + offset)),
-                      static_cast<int>(LoadU32(row[1] + offset)),
-                      static_cast<int>(LoadU32(row[0] + offset)));
-    const __m512 dm = _mm512_castps256_ps512(_mm256_cvtph_ps(headers));
-    const __m512 dw16 = _mm512_permutexvar_ps(
-        _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0), dm);
+    PrefetchTileAhead(w, row_bytes, b);
+    __m512 dw16, mw16;
+    WeightScales<F>(row, offset, &dw16, &mw16);
     __m512 d16[G];
     for (int g = 0; g < G; ++g) {
       d16[g] = _mm512_mul_ps(
           dw16, _mm512_broadcast_f32x4(_mm_load_ps(scales[g]->d + b * kTile)));
     }
     if constexpr (F::kHasMin) {
-      const __m512 mw16 = _mm512_permutexvar_ps(
-          _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1), dm);
       for (int g = 0; g < G; ++g) {
         summs[g] = _mm512_add_ps(
             summs[g], _mm512_mul_ps(mw16, _mm512_broadcast_f32x4(_mm_load_ps(
@@ -341,15 +337,8 @@ void TransposedTile(const uint8_t* w, int64_t row_bytes, int64_t nb, int rows,
     }
   }
   for (int g = 0; g < G; ++g) {
-    // ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) + summs, for 16 pairs.
-    const __m512 r0 = _mm512_add_ps(acc[g][0], acc[g][4]);
-    const __m512 r1 = _mm512_add_ps(acc[g][1], acc[g][5]);
-    const __m512 r2 = _mm512_add_ps(acc[g][2], acc[g][6]);
-    const __m512 r3 = _mm512_add_ps(acc[g][3], acc[g][7]);
     alignas(64) float sums[16];
-    _mm512_store_ps(sums, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0, r2),
-                                                      _mm512_add_ps(r1, r3)),
-                                        summs[g]));
+    _mm512_store_ps(sums, SumLanes16(acc[g], summs[g]));
     float* group_out = out + g * kTile * out_stride;
     for (int r = 0; r < rows; ++r) {
       for (int t = 0; t < tokens[g]; ++t) {
@@ -360,34 +349,21 @@ void TransposedTile(const uint8_t* w, int64_t row_bytes, int64_t nb, int rows,
 }
 
 template <class F>
-using TileFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*,
-                        int64_t, const ActivationScales&, float*, int64_t);
-
-template <class F, int RT>
-TileFn<F> TileFor(int tokens) {
-  switch (tokens) {
-    case 1:
-      return Tile<F, RT, 1>;
-    case 2:
-      return Tile<F, RT, 2>;
-    case 3:
-      return Tile<F, RT, 3>;
-    default:
-      return Tile<F, RT, 4>;
-  }
-}
+using OneTokenTileFn = void (*)(const uint8_t*, int64_t, int64_t,
+                                const uint8_t*, const ActivationScales&,
+                                float*);
 
 template <class F>
-TileFn<F> TileFor(int rows, int tokens) {
+OneTokenTileFn<F> OneTokenTileFor(int rows) {
   switch (rows) {
     case 1:
-      return TileFor<F, 1>(tokens);
+      return OneTokenTile<F, 1>;
     case 2:
-      return TileFor<F, 2>(tokens);
+      return OneTokenTile<F, 2>;
     case 3:
-      return TileFor<F, 3>(tokens);
+      return OneTokenTile<F, 3>;
     default:
-      return TileFor<F, 4>(tokens);
+      return OneTokenTile<F, 4>;
   }
 }
 
@@ -430,8 +406,8 @@ bool Run(const uint8_t* w, int64_t n, int64_t row_begin, int64_t row_end,
           TransposedTile<F, 1>(w + r0 * row_bytes, row_bytes, nb, rows, tokens,
                                groups, tile_out, out_stride);
         } else {
-          TileFor<F>(rows, 1)(w + r0 * row_bytes, row_bytes, nb, act_group,
-                              act_row_bytes, first, tile_out, out_stride);
+          OneTokenTileFor<F>(rows)(w + r0 * row_bytes, row_bytes, nb, act_group,
+                                   first, tile_out);
         }
       }
     }
@@ -451,6 +427,19 @@ void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
   constexpr bool kNibbles = F::kLaneOffset != 128;  // Q4_0 / Q4_1
   constexpr int kBlockBytes = PackedBlockBytes<F>();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  // -offset * (sum of activations 4i..4i+3) of every block, as
+  // OneTokenTile's lane starts: the same for every group of rows.
+  int32_t starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks * 8 : 1];
+  if constexpr (F::kLaneOffset != 0) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int8_t* ys = reinterpret_cast<const int8_t*>(
+          act + b * F::kActBytes + F::kActQuantOffset);
+      for (int i = 0; i < 8; ++i) {
+        starts[b * 8 + i] = -F::kLaneOffset * (ys[4 * i] + ys[4 * i + 1] +
+                                               ys[4 * i + 2] + ys[4 * i + 3]);
+      }
+    }
+  }
   for (int64_t g0 = row_begin; g0 < row_end; g0 += kPackRows) {
     const uint8_t* group = packed + g0 / kPackRows * nb * kBlockBytes;
     __m512 acc[8];
@@ -475,15 +464,11 @@ void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
             summs, _mm512_mul_ps(mw, _mm512_set1_ps(LoadHalf(ab + 2))));
       }
       const uint8_t* y = ab + F::kActQuantOffset;
-      const int8_t* ys = reinterpret_cast<const int8_t*>(y);
       // ggml lane i of every row: elements 4i..4i+3.
       auto lane = [&](int i, __m512i w) {
         __m512i start = _mm512_setzero_si512();
         if constexpr (F::kLaneOffset != 0) {
-          // -offset * (sum of the four activations), as Tile's lane_start.
-          start = _mm512_set1_epi32(
-              -F::kLaneOffset *
-              (ys[4 * i] + ys[4 * i + 1] + ys[4 * i + 2] + ys[4 * i + 3]));
+          start = _mm512_set1_epi32(starts[b * 8 + i]);
         }
         const __m512i yi =
             _mm512_set1_epi32(static_cast<int>(LoadU32(y + 4 * i)));
@@ -505,12 +490,7 @@ void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
         }
       }
     }
-    const __m512 r0 = _mm512_add_ps(acc[0], acc[4]);
-    const __m512 r1 = _mm512_add_ps(acc[1], acc[5]);
-    const __m512 r2 = _mm512_add_ps(acc[2], acc[6]);
-    const __m512 r3 = _mm512_add_ps(acc[3], acc[7]);
-    const __m512 sums = _mm512_add_ps(
-        _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3)), summs);
+    const __m512 sums = SumLanes16(acc, summs);
     const int64_t count = row_end - g0 < kPackRows ? row_end - g0 : kPackRows;
     _mm512_mask_storeu_ps(out + g0, static_cast<__mmask16>((1u << count) - 1),
                           sums);

@@ -49,7 +49,8 @@ int64_t PackedBytes(model::GgmlType type, int64_t rows, int64_t cols);
 bool PackRows(model::GgmlType type, const uint8_t* weights, int64_t rows,
               int64_t cols, uint8_t* out);
 
-// out[r] for r in [row_begin, row_end) (row_begin a multiple of kPackRows)
+// out[r] for r in [row_begin, row_end) (row_begin a multiple of kPackRows;
+// rows of at most kMaxAvx512Blocks blocks)
 // of the packed matrix times one activation row (Q8_1 for Q4_1, Q8_0
 // otherwise): bit for bit MatMulRows' result.
 void MatVecPacked(model::GgmlType type, const uint8_t* packed, int64_t cols,

@@ -1071,6 +1071,8 @@ TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
     }
   }
   EXPECT_EQ(PackedMatrix::Pack(GgmlType::kQ4_K, nullptr, 4, 256), nullptr);
+  // Longer rows than the kernel's scratch takes: left unpacked.
+  EXPECT_EQ(PackedMatrix::Pack(GgmlType::kQ4_1, nullptr, 4, 16416), nullptr);
 }
 
 TEST(MatMulRowsTest, ThreadsOnDisjointRowRangesMatchOneCall) {
