@@ -197,12 +197,14 @@ absl::Status LocalCluster::Restart(const std::string& name,
     return absl::InvalidArgumentError(
         absl::StrCat("no process named '", name, "' to restart"));
   }
-  if (old->process->running()) {
+  const absl::Time give_up = absl::Now() + timeout;
+  // A process just sent SIGKILL is not gone at once: the kernel tears it
+  // down (and its sockets, which the new one rebinds) before it can be
+  // reaped. Give it up to a second; one that outlives that was not killed.
+  if (!old->process->Wait(absl::Seconds(1)).ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(name, " is still running"));
   }
-  (void)old->process->Wait(absl::ZeroDuration());
-  const absl::Time give_up = absl::Now() + timeout;
   const bool router = old == &processes_[0];
   std::vector<std::string> args = old->args;
   if (router) {

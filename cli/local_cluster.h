@@ -88,7 +88,8 @@ class LocalCluster {
   // process has exited (killed or drained), and waits until the router lists
   // it as SERVING. The router comes back on the same addresses, and the
   // wait is for every running worker to register with it again.
-  // FAILED_PRECONDITION while the old one still runs.
+  // FAILED_PRECONDITION when the old one still runs a second after the
+  // call (a process just killed gets that second to be reaped).
   absl::Status Restart(const std::string& name, absl::Duration timeout);
 
   // SIGTERM to workers (they drain and deregister), then the router; each

@@ -59,9 +59,11 @@ TEST_F(WorkerFaultTest, KilledDecodeWorkerMidStreamLosesNoToken) {
   OfflineEngine offline(SlowTinyModelPath());
   Start("kill-decode", 1, 2);
   const std::vector<v1::GenerateRequest> requests =
-      Requests(12, 40, 120, offline.model().config().vocab_size, 500);
+      Requests(12, 40, 240, offline.model().config().vocab_size, 500);
   // Kill decode-0 once every stream has tokens (so every prefill is done
-  // and the streams on decode-0 are cut mid-way).
+  // and the streams on decode-0 are cut mid-way). The streams are long so
+  // that the first ones are still running when the last one starts, even
+  // on a slow (sanitizer) build.
   const FaultedLoad load =
       SendAllWithFault(requests, EveryStreamHas(2), {"decode-0"}, SIGKILL);
   ASSERT_TRUE(load.fired());
