@@ -14,6 +14,9 @@
 //                  [--grpc=H:P]     streams an answer through the router and
 //                  prints its TTFT and TPOT
 //   pdctl health   ADDRESS [--service=NAME --wait_ms=N]
+//   pdctl bench    [--target=grpc://H:P|http://H:P --request_rate=R,...]
+//                  load generator: TTFT, TPOT, ITL, goodput; JSON and plots
+//                  (cli/bench_command.h lists its flags)
 //
 // --router is the router's control address (membership and admin API;
 // loopback by default); --grpc its client address.
@@ -43,6 +46,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/admin_client.h"
+#include "cli/bench_command.h"
 #include "cli/generate_client.h"
 #include "cli/local_cluster.h"
 #include "common/termination_signal.h"
@@ -479,7 +483,8 @@ int main(int argc, char** argv) {
       "  drain WORKER_ID    stop sending work to a worker and let it exit\n"
       "  policy [NAME]      show or set the routing policy\n"
       "  generate           stream an answer through the router\n"
-      "  health ADDRESS     grpc.health.v1 check (exit 0 when SERVING)");
+      "  health ADDRESS     grpc.health.v1 check (exit 0 when SERVING)\n"
+      "  bench              load generator: TTFT, TPOT, goodput (--target)");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::cerr << absl::ProgramUsageMessage() << "\n";
@@ -493,6 +498,7 @@ int main(int argc, char** argv) {
   if (command == "policy") return pdserve::cli::Policy(args);
   if (command == "generate") return pdserve::cli::Generate();
   if (command == "health") return pdserve::cli::Health(args);
+  if (command == "bench") return pdserve::cli::Bench();
   std::cerr << "pdctl: unknown command '" << command << "'\n"
             << absl::ProgramUsageMessage() << "\n";
   return 2;
