@@ -1,5 +1,6 @@
 #include "cli/bench_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +39,8 @@ ABSL_FLAG(double, range_ratio, 0.5,
 ABSL_FLAG(int32_t, num_prefixes, 4, "bench: shared_prefix system prompts");
 ABSL_FLAG(int32_t, prefix_tokens, 512, "bench: shared_prefix prefix length");
 ABSL_FLAG(std::string, trace, "", "bench: JSONL trace to replay");
-ABSL_FLAG(double, trace_speedup, 1.0, "bench: replay the trace this much faster");
+ABSL_FLAG(double, trace_speedup, 1.0,
+          "bench: replay the trace this much faster");
 ABSL_FLAG(int32_t, trace_block_tokens, 16,
           "bench: tokens per trace hash_id block");
 ABSL_FLAG(std::vector<std::string>, request_rate, {"inf"},
@@ -51,6 +53,8 @@ ABSL_FLAG(double, slo_tpot_ms, 0, "bench: TPOT target for goodput (0 = none)");
 ABSL_FLAG(uint64_t, seed, 0, "bench: seed of prompts and arrivals");
 ABSL_FLAG(int32_t, vocab_size, 49152,
           "bench: prompt token ids are drawn below this (the model's vocab)");
+ABSL_FLAG(int32_t, min_token_id, 256,
+          "bench: ... and from this up (past the special tokens)");
 ABSL_FLAG(std::string, json, "", "bench: write the results here");
 ABSL_FLAG(std::string, plot, "", "bench: write the plots here (PNG)");
 ABSL_FLAG(std::string, plot_script, "bench/plot_serving.py",
@@ -79,8 +83,9 @@ int WriteTrace() {
   const std::vector<std::string> rates = absl::GetFlag(FLAGS_request_rate);
   if (rates.size() != 1 || !absl::SimpleAtod(rates[0], &t.rate) ||
       !(t.rate > 0) || !std::isfinite(t.rate) || t.num_requests <= 0) {
-    return Usage("--write_trace needs one finite --request_rate and "
-                 "--num_requests > 0");
+    return Usage(
+        "--write_trace needs one finite --request_rate and "
+        "--num_requests > 0");
   }
   t.seed = absl::GetFlag(FLAGS_seed);
   const std::string path = absl::GetFlag(FLAGS_write_trace);
@@ -115,6 +120,7 @@ int Bench() {
   w.trace_speedup = absl::GetFlag(FLAGS_trace_speedup);
   w.trace_block_tokens = absl::GetFlag(FLAGS_trace_block_tokens);
   w.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  w.min_token_id = absl::GetFlag(FLAGS_min_token_id);
   w.seed = absl::GetFlag(FLAGS_seed);
   if (w.kind == loadgen::WorkloadKind::kTrace && w.trace_path.empty()) {
     return Usage("--workload=trace needs --trace=FILE");
@@ -158,7 +164,10 @@ int Bench() {
     if (run_index > 0) requests = workload_for_run(run_index);
     // One request first: a target that cannot answer it fails the run
     // clearly instead of filling the table with errors.
+    // Its prompt is the first one reversed: no prefix to leave in a cache
+    // for the run's first request.
     loadgen::BenchRequest probe = requests->front();
+    std::reverse(probe.prompt.begin(), probe.prompt.end());
     probe.arrival.reset();
     probe.output_tokens = std::min(probe.output_tokens, 2);
     const loadgen::RequestRecord warm =
@@ -185,8 +194,8 @@ int Bench() {
               << ", " << requests->size() << " requests\n";
     const loadgen::LoadResult result =
         loadgen::RunLoad(**target, *requests, options);
-    const loadgen::LoadSummary summary = loadgen::Summarize(
-        result, slo, rate, options.max_concurrency);
+    const loadgen::LoadSummary summary =
+        loadgen::Summarize(result, slo, rate, options.max_concurrency);
     std::cout << loadgen::FormatSummary(summary) << std::endl;
     json run = loadgen::ToJson(summary);
     run["requests"] = loadgen::ToJson(result.records);
@@ -224,8 +233,8 @@ int Bench() {
   }
   if (!plot.empty()) {
     const std::string command =
-        absl::StrCat("python3 '", absl::GetFlag(FLAGS_plot_script), "' '",
-                     plot, "' '", json_path, "'");
+        absl::StrCat("python3 '", absl::GetFlag(FLAGS_plot_script), "' '", plot,
+                     "' '", json_path, "'");
     if (std::system(command.c_str()) != 0) {
       std::cerr << "pdctl bench: plotting failed: " << command << "\n";
       return 1;

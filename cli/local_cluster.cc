@@ -256,6 +256,10 @@ absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
   subprocess.argv.insert(subprocess.argv.end(), args.begin(), args.end());
   subprocess.argv.push_back(absl::StrCat("--port_file=", port_file));
   subprocess.log_path = local.log_path;
+  if (auto cpus = options_.process_cpus.find(name);
+      cpus != options_.process_cpus.end()) {
+    subprocess.cpus = cpus->second;
+  }
   PD_ASSIGN_OR_RETURN(local.process, Subprocess::Start(subprocess));
   PD_ASSIGN_OR_RETURN(std::vector<int> bound,
                       AwaitPortFile(port_file, local, give_up));

@@ -46,6 +46,9 @@ struct LocalClusterOptions {
   // Extra flags for one process, by name ("prefill-0"), after the above
   // (tests: faults injected into one worker only).
   std::map<std::string, std::vector<std::string>> process_args;
+  // CPUs a process is pinned to, by name ("router", "prefill-0"); absent:
+  // any CPU.
+  std::map<std::string, std::vector<int>> process_cpus;
   // Per-process logs (NAME.log) and port files go here; must exist.
   std::string work_dir;
   absl::Duration lease = absl::Seconds(3);

@@ -1,6 +1,7 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -56,6 +57,15 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
           "cannot open log ", options.log_path, ": ", std::strerror(errno)));
     }
   }
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : options.cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) {
+      if (log_fd >= 0) ::close(log_fd);
+      return absl::InvalidArgumentError(absl::StrCat("no CPU ", cpu));
+    }
+    CPU_SET(cpu, &cpus);
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -71,6 +81,10 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!options.cpus.empty() &&
+        ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+      ::_exit(126);  // Not one of the CPUs this process may use.
+    }
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);

@@ -35,6 +35,10 @@ struct SubprocessOptions {
   std::vector<std::string> extra_env;
   // When set, stdout and stderr are appended to this file.
   std::string log_path;
+  // When set, the child runs only on these CPUs (sched_setaffinity before
+  // exec; its threads and children inherit it). Benchmarks pin processes
+  // so that they do not share cores.
+  std::vector<int> cpus;
 };
 
 class Subprocess {

@@ -1,5 +1,6 @@
 #include "common/subprocess.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +60,33 @@ TEST(SubprocessTest, StopEscalatesToKillWhenTermIsIgnored) {
   const int status = process->Stop(absl::Milliseconds(200));
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
+}
+
+TEST(SubprocessTest, PinsTheChildToTheGivenCpus) {
+  cpu_set_t mine;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
+  int last = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mine)) last = cpu;
+  }
+  ASSERT_GE(last, 0);
+  const std::string log = ::testing::TempDir() + "/affinity.log";
+  std::remove(log.c_str());
+  SubprocessOptions options;
+  options.argv = {"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"};
+  options.log_path = log;
+  options.cpus = {last};
+  auto process = Subprocess::Start(options);
+  ASSERT_TRUE(process.ok()) << process.status();
+  ASSERT_TRUE((*process)->Wait(absl::Seconds(10)).ok());
+  std::ifstream in(log);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "Cpus_allowed_list:\t" + std::to_string(last));
+
+  options.cpus = {-1};
+  EXPECT_EQ(Subprocess::Start(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SubprocessTest, KillsTheWholeProcessGroupOnDestruction) {

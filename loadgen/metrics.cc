@@ -63,7 +63,8 @@ LoadSummary Summarize(const LoadResult& result, const Slo& slo,
     input_tokens += r.prompt_tokens;
     output_tokens += r.output_tokens;
     ttft.push_back(absl::ToDoubleMilliseconds(r.ttft));
-    if (r.output_tokens > 1) tpot.push_back(absl::ToDoubleMilliseconds(r.tpot()));
+    if (r.output_tokens > 1)
+      tpot.push_back(absl::ToDoubleMilliseconds(r.tpot()));
     itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
     e2e.push_back(absl::ToDoubleMilliseconds(r.e2e));
   }
@@ -124,8 +125,9 @@ std::string FormatSummary(const LoadSummary& s) {
   AppendDistribution(&out, "ITL", s.itl_ms);
   AppendDistribution(&out, "E2E", s.e2e_ms);
   absl::StrAppendFormat(
-      &out, "goodput       %.2f req/s (SLO: TTFT <= %s ms, TPOT <= %s ms; "
-            "%.1f%% of requests met it)\n",
+      &out,
+      "goodput       %.2f req/s (SLO: TTFT <= %s ms, TPOT <= %s ms; "
+      "%.1f%% of requests met it)\n",
       s.goodput, s.slo.ttft_ms > 0 ? absl::StrCat(s.slo.ttft_ms) : "any",
       s.slo.tpot_ms > 0 ? absl::StrCat(s.slo.tpot_ms) : "any",
       100.0 * s.slo_attainment);
@@ -136,8 +138,8 @@ json ToJson(const LoadSummary& s) {
   json failures = json::object();
   for (const auto& [kind, count] : s.failures) failures[kind] = count;
   return {
-      {"request_rate", std::isfinite(s.offered_rate) ? json(s.offered_rate)
-                                                     : json("inf")},
+      {"request_rate",
+       std::isfinite(s.offered_rate) ? json(s.offered_rate) : json("inf")},
       {"max_concurrency", s.max_concurrency},
       {"sent", s.sent},
       {"completed", s.completed},
@@ -172,6 +174,11 @@ json ToJson(const std::vector<RequestRecord>& records) {
       one["tpot_ms"] = absl::ToDoubleMilliseconds(r.tpot());
       one["e2e_ms"] = absl::ToDoubleMilliseconds(r.e2e);
       one["itl_ms"] = r.itl_ms;
+      if (r.server_queue_ms + r.server_prefill_ms > 0) {
+        one["server_queue_ms"] = r.server_queue_ms;
+        one["server_prefill_ms"] = r.server_prefill_ms;
+        one["server_transfer_tail_ms"] = r.server_transfer_tail_ms;
+      }
     } else {
       one["error_kind"] = r.error_kind;
       one["error"] = r.error;

@@ -30,8 +30,8 @@ std::vector<absl::Duration> ArrivalOffsets(int64_t n, double request_rate,
 LoadResult RunLoad(Target& target, const std::vector<BenchRequest>& requests,
                    const LoadOptions& options) {
   const int64_t n = requests.size();
-  std::vector<absl::Duration> offsets = ArrivalOffsets(
-      n, options.request_rate, options.burstiness, options.seed);
+  std::vector<absl::Duration> offsets =
+      ArrivalOffsets(n, options.request_rate, options.burstiness, options.seed);
   for (int64_t i = 0; i < n; ++i) {
     if (requests[i].arrival.has_value()) offsets[i] = *requests[i].arrival;
   }
@@ -86,7 +86,8 @@ LoadResult RunLoad(Target& target, const std::vector<BenchRequest>& requests,
   // The run ends at the last answer; requests that had not begun by the
   // first send do not count before it.
   absl::Duration first = absl::InfiniteDuration();
-  for (const RequestRecord& r : result.records) first = std::min(first, r.sent_at);
+  for (const RequestRecord& r : result.records)
+    first = std::min(first, r.sent_at);
   if (n > 0) result.duration -= first;
   return result;
 }

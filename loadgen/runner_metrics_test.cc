@@ -159,8 +159,8 @@ TEST(MetricsTest, GoodputCountsOnlyRequestsMeetingBothTargets) {
   result.records.push_back(failed);
   result.records.push_back(failed);
 
-  const LoadSummary s = Summarize(result, {.ttft_ms = 200, .tpot_ms = 150}, 3,
-                                  0);
+  const LoadSummary s =
+      Summarize(result, {.ttft_ms = 200, .tpot_ms = 150}, 3, 0);
   EXPECT_EQ(s.sent, 6);
   EXPECT_EQ(s.completed, 4);
   EXPECT_EQ(s.failed, 2);

@@ -66,8 +66,8 @@ RequestRecord NewRecord(const BenchRequest& request) {
 void CheckLength(RequestRecord* r) {
   if (r->ok() && r->output_tokens < r->expected_output_tokens) {
     r->error_kind = "SHORT_OUTPUT";
-    r->error = absl::StrCat(r->output_tokens, " of ",
-                            r->expected_output_tokens, " tokens");
+    r->error = absl::StrCat(r->output_tokens, " of ", r->expected_output_tokens,
+                            " tokens");
   }
 }
 
@@ -86,11 +86,12 @@ class GrpcTarget : public Target {
     v1::GenerateRequest call;
     call.set_request_id(absl::StrCat("bench-", request.index));
     *call.mutable_token_ids()->mutable_ids() = {request.prompt.begin(),
-                                               request.prompt.end()};
+                                                request.prompt.end()};
     v1::SamplingParams* s = call.mutable_sampling();
     s->set_temperature(temperature_);
     s->set_max_tokens(request.output_tokens);
     s->set_ignore_eos(true);
+    call.mutable_stream_options()->set_include_timing(true);
     RequestRecord record = NewRecord(request);
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -100,6 +101,11 @@ class GrpcTarget : public Target {
     v1::GenerateResponse chunk;
     while (reader->Read(&chunk)) {
       if (chunk.token_ids_size() > 0) watch.Output(chunk.token_ids_size());
+      if (chunk.has_timing()) {
+        record.server_queue_ms = chunk.timing().queue_ms();
+        record.server_prefill_ms = chunk.timing().prefill_compute_ms();
+        record.server_transfer_tail_ms = chunk.timing().kv_transfer_tail_ms();
+      }
     }
     watch.Finish();
     if (const absl::Status status = rpc::FromGrpcStatus(reader->Finish());
@@ -258,8 +264,7 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(
         absl::StrCat("target '", options.url, "' needs HOST:PORT"));
   }
   if (grpc) {
-    return std::make_unique<GrpcTarget>(std::string(rest),
-                                        options.temperature);
+    return std::make_unique<GrpcTarget>(std::string(rest), options.temperature);
   }
   return std::make_unique<OpenAiHttpTarget>(std::string(rest.substr(0, colon)),
                                             port, options.model,

@@ -35,6 +35,12 @@ struct RequestRecord {
   absl::Duration ttft = absl::InfiniteDuration();
   absl::Duration e2e = absl::InfiniteDuration();
   std::vector<double> itl_ms;
+  // Where the server says the time went (gRPC targets, which ask the router
+  // for its timing breakdown): queue, prefill compute, and KV transfer
+  // not hidden behind the compute. Milliseconds; 0 when not reported.
+  double server_queue_ms = 0;
+  double server_prefill_ms = 0;
+  double server_transfer_tail_ms = 0;
   // Empty when the request succeeded; else a short kind ("UNAVAILABLE",
   // "RESOURCE_EXHAUSTED", "HTTP 503", "CONNECT", "SHORT_OUTPUT", ...) and
   // the message.

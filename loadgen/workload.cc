@@ -15,8 +15,8 @@ using json = nlohmann::json;
 
 class TokenSource {
  public:
-  TokenSource(int32_t vocab, uint64_t seed)
-      : rng_(seed), ids_(kFirstOrdinaryToken, vocab - 1) {}
+  TokenSource(const WorkloadOptions& o, uint64_t seed)
+      : rng_(seed), ids_(o.min_token_id, o.vocab_size - 1) {}
   void Append(int32_t n, std::vector<uint32_t>* out) {
     for (int32_t i = 0; i < n; ++i) out->push_back(ids_(rng_));
   }
@@ -28,9 +28,10 @@ class TokenSource {
 };
 
 absl::Status ValidateCommon(const WorkloadOptions& o) {
-  if (o.vocab_size <= kFirstOrdinaryToken + 1) {
+  if (o.min_token_id < 0 || o.vocab_size <= o.min_token_id + 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("vocab_size must exceed ", kFirstOrdinaryToken + 1));
+        absl::StrCat("token ids from ", o.min_token_id, " below vocab_size ",
+                     o.vocab_size, " leave no choice"));
   }
   if (o.kind != WorkloadKind::kTrace) {
     if (o.num_requests <= 0) {
@@ -79,7 +80,7 @@ absl::StatusOr<std::vector<BenchRequest>> LoadTrace(const WorkloadOptions& o) {
     return absl::InvalidArgumentError(
         "trace_speedup and trace_block_tokens must be positive");
   }
-  TokenSource tokens(o.vocab_size, o.seed);
+  TokenSource tokens(o, o.seed);
   std::vector<BenchRequest> requests;
   std::string text;
   int line_number = 0;
@@ -120,8 +121,8 @@ absl::StatusOr<std::vector<BenchRequest>> LoadTrace(const WorkloadOptions& o) {
               absl::StrCat(where, ": \"hash_ids\" must hold integers"));
         }
         if (r.prompt.size() >= size_t(*input)) break;
-        TokenSource block(o.vocab_size, o.seed ^ (0x9e3779b97f4a7c15ULL *
-                                                  (id.get<uint64_t>() + 1)));
+        TokenSource block(
+            o, o.seed ^ (0x9e3779b97f4a7c15ULL * (id.get<uint64_t>() + 1)));
         block.Append(std::min<int64_t>(o.trace_block_tokens,
                                        *input - int64_t(r.prompt.size())),
                      &r.prompt);
@@ -163,7 +164,7 @@ absl::StatusOr<std::vector<BenchRequest>> MakeWorkload(
     return absl::InvalidArgumentError(
         "num_prefixes and prefix_tokens must be positive");
   }
-  TokenSource tokens(o.vocab_size, o.seed);
+  TokenSource tokens(o, o.seed);
   std::vector<std::vector<uint32_t>> prefixes;
   if (o.kind == WorkloadKind::kSharedPrefix) {
     prefixes.resize(o.num_prefixes);
@@ -213,7 +214,8 @@ std::string SyntheticChatTrace(const SyntheticTraceOptions& o) {
     const int32_t blocks = (input + o.block_tokens - 1) / o.block_tokens;
     int32_t b = 0;
     if (const int s = system(rng); s < kSystemPrompts) {
-      for (; b < std::min(blocks, 4 + 4 * s); ++b) hashes.push_back(s * 100 + b);
+      for (; b < std::min(blocks, 4 + 4 * s); ++b)
+        hashes.push_back(s * 100 + b);
     }
     for (; b < blocks; ++b) hashes.push_back(next_hash++);
     line["hash_ids"] = std::move(hashes);

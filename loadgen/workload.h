@@ -4,8 +4,9 @@
 //
 // Prompts are token ids (not text) so that a request's length is exact on
 // any server that takes OpenAI token-id prompts (pdserve, vLLM, SGLang) and
-// needs no tokenizer here. Ids are drawn from [kFirstOrdinaryToken, vocab),
-// away from the special tokens at the start of GGUF vocabularies.
+// needs no tokenizer here. Ids are drawn from [min_token_id, vocab_size),
+// by default away from the special tokens at the start of GGUF
+// vocabularies.
 //
 //   fixed          every prompt prompt_tokens long, every output
 //                  output_tokens long;
@@ -35,8 +36,6 @@
 
 namespace pdserve::loadgen {
 
-inline constexpr int32_t kFirstOrdinaryToken = 256;
-
 struct BenchRequest {
   int64_t index = 0;
   std::vector<uint32_t> prompt;
@@ -63,6 +62,7 @@ struct WorkloadOptions {
   // Trace time runs this many times faster (2: twice the rate).
   double trace_speedup = 1.0;
   int32_t vocab_size = 49152;
+  int32_t min_token_id = 256;
   uint64_t seed = 0;
 };
 

@@ -185,6 +185,7 @@ class GenerationCore::Request {
     kv_transfer_ms_ = response.timing().transfer_ms();
     kv_transfer_tail_ms_ = response.timing().transfer_tail_ms();
     prefill_compute_ms_ = response.timing().compute_ms();
+    prefill_queue_ms_ = response.timing().queue_ms();
   }
   void set_routed(absl::Time when) { routed_ = when; }
 
@@ -251,7 +252,8 @@ class GenerationCore::Request {
     if (last && include_usage_) *out.mutable_usage() = usage;
     if (include_timing_ && (!sent_any_ || last)) {
       v1::Timing* t = out.mutable_timing();
-      t->set_queue_ms(Ms(routed_ - arrival_));
+      // The router's own wait plus the prefill worker's queue.
+      t->set_queue_ms(Ms(routed_ - arrival_) + prefill_queue_ms_);
       t->set_ttft_ms(Ms(first_token_ - arrival_));
       t->set_prefill_worker_id(prefill_worker_);
       t->set_prefill_attempts(prefill_attempts_);
@@ -294,6 +296,7 @@ class GenerationCore::Request {
   double kv_transfer_ms_ = 0;
   double kv_transfer_tail_ms_ = 0;
   double prefill_compute_ms_ = 0;
+  double prefill_queue_ms_ = 0;
 };
 
 GenerationCore::GenerationCore(const model::Model* model,

@@ -22,6 +22,23 @@ std::string MakeWorkDir(const std::string& name) {
   return dir;
 }
 
+std::string SlowTinyModelPath() {
+  static const std::string path = [] {
+    const std::string p =
+        absl::StrCat(::testing::TempDir(), "/fault-model.gguf");
+    model::TinyModelOptions options;
+    options.num_layers = 6;
+    options.hidden_size = 512;
+    options.ffn_size = 1024;
+    options.num_heads = 8;
+    options.num_kv_heads = 4;
+    options.context_length = 1024;
+    EXPECT_TRUE(model::WriteTinyModel(options, p).ok());
+    return p;
+  }();
+  return path;
+}
+
 std::string TinyModelPath() {
   static std::once_flag once;
   static std::string path;

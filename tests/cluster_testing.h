@@ -20,6 +20,11 @@ std::string MakeWorkDir(const std::string& name);
 // use: fast to load and run, for tests about serving rather than numerics.
 std::string TinyModelPath();
 
+// A random model (6 layers, 512 wide) whose requests take long enough to
+// be caught mid-way or to queue measurably (a few ms per decode step),
+// written once per process.
+std::string SlowTinyModelPath();
+
 // The default model's path from PDSERVE_DEFAULT_MODEL, or "" when unset.
 std::string DefaultModelPathOrEmpty();
 

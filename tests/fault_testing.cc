@@ -18,23 +18,6 @@
 
 namespace pdserve::testing {
 
-std::string SlowTinyModelPath() {
-  static const std::string path = [] {
-    const std::string p =
-        absl::StrCat(::testing::TempDir(), "/fault-model.gguf");
-    model::TinyModelOptions options;
-    options.num_layers = 6;
-    options.hidden_size = 512;
-    options.ffn_size = 1024;
-    options.num_heads = 8;
-    options.num_kv_heads = 4;
-    options.context_length = 1024;
-    EXPECT_TRUE(model::WriteTinyModel(options, p).ok());
-    return p;
-  }();
-  return path;
-}
-
 void FaultTest::Start(
     const std::string& name, int prefill, int decode,
     const std::vector<std::string>& worker_args,

@@ -25,13 +25,10 @@
 #include "proto/admin.pb.h"
 #include "proto/client.pb.h"
 #include "proto/common.pb.h"
+#include "tests/cluster_testing.h"
 #include "tests/serving_testing.h"
 
 namespace pdserve::testing {
-
-// A random model (6 layers, 512 wide) whose requests take long enough to
-// be caught mid-way (a few ms per decode step), written once per process.
-std::string SlowTinyModelPath();
 
 // One row of the fault table.
 struct FaultRow {
