@@ -8,6 +8,27 @@
 
 namespace pdserve::engine {
 
+// runner_mu_ for a caller other than the stepping thread: counted in
+// runner_waiters_ while it waits, so that Step yields to it.
+class LlmEngine::RunnerCallerLock {
+ public:
+  explicit RunnerCallerLock(const LlmEngine* engine)
+      ABSL_EXCLUSIVE_LOCK_FUNCTION(engine->runner_mu_)
+      : engine_(const_cast<LlmEngine*>(engine)) {
+    engine_->runner_waiters_.fetch_add(1);
+    engine_->runner_mu_.Lock();
+    // Decremented under the lock: its release then re-evaluates Step's
+    // condition.
+    engine_->runner_waiters_.fetch_sub(1);
+  }
+  ~RunnerCallerLock() ABSL_UNLOCK_FUNCTION() { engine_->runner_mu_.Unlock(); }
+  RunnerCallerLock(const RunnerCallerLock&) = delete;
+  RunnerCallerLock& operator=(const RunnerCallerLock&) = delete;
+
+ private:
+  LlmEngine* engine_;
+};
+
 absl::StatusOr<std::unique_ptr<LlmEngine>> LlmEngine::Create(
     const model::Model& model, const EngineOptions& options) {
   if (options.max_running <= 0) {
@@ -63,7 +84,7 @@ absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
   if (request.transferred.has_value()) {
     const RequestId id = *request.transferred;
     {
-      absl::MutexLock lock(&runner_mu_);
+      RunnerCallerLock lock(this);
       if (!reserved_.erase(id)) {
         return absl::NotFoundError(
             absl::StrCat("no transfer reservation ", id));
@@ -93,7 +114,7 @@ absl::StatusOr<TransferReservation> LlmEngine::ReserveTransfer(
     absl::MutexLock lock(&inbox_mu_);
     id = next_id_++;
   }
-  absl::MutexLock lock(&runner_mu_);
+  RunnerCallerLock lock(this);
   PD_ASSIGN_OR_RETURN(ModelRunner::TransferTarget target,
                       runner_->ReserveForTransfer(id, tokens));
   reserved_.insert(id);
@@ -105,7 +126,7 @@ absl::StatusOr<TransferReservation> LlmEngine::ReserveTransfer(
 }
 
 void LlmEngine::ReleaseTransfer(RequestId id) {
-  absl::MutexLock lock(&runner_mu_);
+  RunnerCallerLock lock(this);
   if (reserved_.erase(id)) runner_->Release(id);
 }
 
@@ -233,7 +254,9 @@ bool LlmEngine::Admit(Request& r, int32_t* budget) {
 }
 
 absl::Status LlmEngine::Step() {
-  absl::MutexLock runner_lock(&runner_mu_);
+  // Callers waiting for the runner go first (see runner_waiters_).
+  auto no_waiters = [this] { return runner_waiters_.load() == 0; };
+  absl::MutexLock runner_lock(&runner_mu_, absl::Condition(&no_waiters));
   DrainInbox();
   if (running_.empty() && waiting_.empty()) return absl::OkStatus();
   ++stats_.steps;

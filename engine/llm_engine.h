@@ -28,6 +28,7 @@
 #ifndef PDSERVE_ENGINE_LLM_ENGINE_H_
 #define PDSERVE_ENGINE_LLM_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -202,6 +203,14 @@ class LlmEngine {
   // Held by Step for the whole pass and by the transfer calls: the runner
   // serves one caller at a time.
   mutable absl::Mutex runner_mu_ ABSL_ACQUIRED_BEFORE(inbox_mu_);
+  // Callers other than the stepping thread (transfer reservations and
+  // releases, transferred requests) that want runner_mu_. absl::Mutex is not
+  // fair: a loop that releases it at the end of one step and takes it again
+  // for the next wins almost every time, and on a busy decode worker an
+  // Admit waited seconds (its request's TTFT, and the router's relay of
+  // other streams, with it). Step lets these callers in first.
+  std::atomic<int32_t> runner_waiters_{0};
+  class RunnerCallerLock;
   std::unique_ptr<ModelRunner> runner_;
   std::vector<uint32_t> eos_ids_;
   // Reservations from ReserveTransfer not yet handed to AddRequest.
