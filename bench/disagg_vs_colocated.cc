@@ -55,9 +55,9 @@ ABSL_FLAG(int32_t, repeats, 3, "runs per rate (medians reported)");
 ABSL_FLAG(int32_t, prompt_tokens, 128, "mean prompt length (uniform +-50%)");
 ABSL_FLAG(int32_t, output_tokens, 96, "mean output length (uniform +-50%)");
 ABSL_FLAG(double, burstiness, 1.0, "gamma shape of arrivals (1 = Poisson)");
-ABSL_FLAG(double, slo_ttft_factor, 4.0,
+ABSL_FLAG(double, slo_ttft_factor, 5.0,
           "TTFT SLO = this x one request's TTFT on the colocated cluster");
-ABSL_FLAG(double, slo_tpot_factor, 1.5,
+ABSL_FLAG(double, slo_tpot_factor, 3.0,
           "TPOT SLO = this x one request's TPOT on the colocated cluster");
 ABSL_FLAG(double, slo_ttft_ms, 0, "fixed TTFT SLO (overrides the factor)");
 ABSL_FLAG(double, slo_tpot_ms, 0, "fixed TPOT SLO (overrides the factor)");
