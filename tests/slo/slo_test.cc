@@ -13,13 +13,17 @@
 // The factors leave room for what two cores cost: the router, the load
 // generator and both workers share them, and this engine's batched decode
 // steps cost nearly as much per sequence as single ones (bench/results),
-// so TPOT grows with the streams in flight.
+// so TPOT grows with the streams in flight. Measured with them: p99 TTFT
+// 2.2-3.4x and p99 TPOT 1.6-2.5x the lone request's; with the engine's
+// runner lock unfair again (an Admit waiting behind step after step, the
+// regression fixed when these tests were written) p99 TTFT was 7.2-8.8x,
+// and the test failed 3 runs of 3.
 //
-// To see the check fail, give the cluster a bad setting through the
+// To see the check fail on a setting, give the cluster one through the
 // environment (comma-separated flags), e.g.
 //   bazel test //tests/slo:slo_test --test_env=PDSERVE_DEFAULT_MODEL
-//     --test_env=PDSERVE_SLO_DECODE_ARGS=--max_running=1
-// (PDSERVE_SLO_PREFILL_ARGS and PDSERVE_SLO_ROUTER_ARGS likewise).
+//     --test_env=PDSERVE_SLO_ROUTER_ARGS=--max_inflight=1
+// (PDSERVE_SLO_PREFILL_ARGS and PDSERVE_SLO_DECODE_ARGS likewise).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,15 +50,14 @@ using loadgen::LoadSummary;
 
 // Sanitizer builds slow the router, the workers' gRPC code and the load
 // generator far more than the model's kernels (built -O2 either way), so
-// per-token overhead weighs more there: their factors are half again as
-// large.
+// per-token overhead weighs more there: their factors are twice as large.
 #ifdef __SANITIZE_ADDRESS__
-constexpr double kSanitizerSlack = 1.5;
+constexpr double kSanitizerSlack = 2.0;
 #else
 constexpr double kSanitizerSlack = 1.0;
 #endif
-constexpr double kTtftFactor = 12.0 * kSanitizerSlack;
-constexpr double kTpotFactor = 6.0 * kSanitizerSlack;
+constexpr double kTtftFactor = 6.0 * kSanitizerSlack;
+constexpr double kTpotFactor = 3.5 * kSanitizerSlack;
 constexpr double kLoad = 0.25;
 constexpr int kPromptTokens = 128;
 constexpr int kOutputTokens = 96;
@@ -169,12 +172,12 @@ class SloTest : public ::testing::Test {
     }
     if (run.loaded.ttft_ms.p99 > ttft_limit) {
       run.violations.push_back(absl::StrFormat(
-          "p99 TTFT %.1f ms > %.0f x %.1f ms alone", run.loaded.ttft_ms.p99,
+          "p99 TTFT %.1f ms > %.1f x %.1f ms alone", run.loaded.ttft_ms.p99,
           kTtftFactor, run.alone.ttft_ms));
     }
     if (run.loaded.tpot_ms.p99 > tpot_limit) {
       run.violations.push_back(absl::StrFormat(
-          "p99 TPOT %.2f ms > %.0f x %.2f ms alone", run.loaded.tpot_ms.p99,
+          "p99 TPOT %.2f ms > %.1f x %.2f ms alone", run.loaded.tpot_ms.p99,
           kTpotFactor, run.alone.tpot_ms));
     }
     // For the test log: what was measured against what.
