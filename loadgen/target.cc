@@ -157,13 +157,22 @@ class OpenAiHttpTarget : public Target {
     post.set_header("Content-Type", "application/json");
     post.body = body.dump();
     std::string pending;
+    // The start of the body as received: an error status's body goes to the
+    // receiver too, and says what went wrong.
+    std::string head;
     int64_t usage_tokens = -1;
     bool done = false;
     Stopwatch watch(&record, run_start);
     const absl::Time give_up = absl::Now() + timeout;
     post.content_receiver = [&](const char* data, size_t size, uint64_t,
                                 uint64_t) {
-      pending.append(data, size);
+      head.append(data,
+                  std::min(size, 200 - std::min<size_t>(200, head.size())));
+      // Servers may end lines with CRLF (sse-starlette does); events are
+      // split on blank lines either way.
+      for (size_t i = 0; i < size; ++i) {
+        if (data[i] != '\r') pending.push_back(data[i]);
+      }
       size_t end;
       while ((end = pending.find("\n\n")) != std::string::npos) {
         const std::string event = pending.substr(0, end);
@@ -189,7 +198,8 @@ class OpenAiHttpTarget : public Target {
         record.error = httplib::to_string(result.error());
       } else if (result->status != 200) {
         record.error_kind = absl::StrCat("HTTP ", result->status);
-        record.error = result->body.substr(0, 200);
+        record.error =
+            result->body.empty() ? head : result->body.substr(0, 200);
       } else if (!done) {
         record.error_kind = "TRUNCATED";
         record.error = "stream ended without [DONE]";

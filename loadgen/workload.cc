@@ -55,17 +55,19 @@ int32_t Around(int32_t x, double ratio, std::mt19937_64& rng) {
   return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
 }
 
+// At most `max`: a trace line asking for 1e30 tokens is an error, not an
+// allocation.
 absl::StatusOr<int64_t> NonNegativeInt(const json& line, const char* key,
-                                       const std::string& where) {
+                                       double max, const std::string& where) {
   auto it = line.find(key);
   if (it == line.end() || !it->is_number()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": \"", key, "\" must be a number"));
   }
   const double v = it->get<double>();
-  if (v < 0 || v != std::floor(v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": \"", key, "\" must be a whole number >= 0"));
+  if (v < 0 || v != std::floor(v) || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": \"", key, "\" must be a whole number in [0, ", max, "]"));
   }
   return static_cast<int64_t>(v);
 }
@@ -96,9 +98,10 @@ absl::StatusOr<std::vector<BenchRequest>> LoadTrace(const WorkloadOptions& o) {
     }
     BenchRequest r;
     r.index = requests.size();
-    auto timestamp = NonNegativeInt(line, "timestamp", where);
-    auto input = NonNegativeInt(line, "input_length", where);
-    auto output = NonNegativeInt(line, "output_length", where);
+    // A year of milliseconds; lengths far past any context window.
+    auto timestamp = NonNegativeInt(line, "timestamp", 3.2e10, where);
+    auto input = NonNegativeInt(line, "input_length", 1 << 24, where);
+    auto output = NonNegativeInt(line, "output_length", 1 << 24, where);
     for (const auto* s : {&timestamp, &input, &output}) {
       if (!s->ok()) return s->status();
     }

@@ -145,6 +145,13 @@ TEST(WorkloadTest, BadTracesNameTheFileAndLine) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("input_length"));
 
+  o.trace_path = WriteFile("huge.jsonl",
+                           "{\"timestamp\": 0, \"input_length\": 1e30, "
+                           "\"output_length\": 1}\n");
+  bad = MakeWorkload(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("input_length"));
+
   o.trace_path = "/nonexistent/trace.jsonl";
   EXPECT_EQ(MakeWorkload(o).status().code(), absl::StatusCode::kNotFound);
 }
