@@ -35,6 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/local_cluster.h"
+#include "common/status_macros.h"
 #include "loadgen/metrics.h"
 #include "loadgen/runner.h"
 #include "loadgen/target.h"
@@ -144,19 +145,25 @@ double Median(std::vector<double> v) { return loadgen::Percentile(v, 0.5); }
 struct Unloaded {
   double ttft_ms = 0, tpot_ms = 0;
 };
-Unloaded MeasureUnloaded(loadgen::Target& target) {
-  auto requests = loadgen::MakeWorkload(Workload(5, 777));
+// The workload's mean lengths exactly; every one of the five must succeed
+// (a baseline from failures would make every SLO 0, that is none).
+absl::StatusOr<Unloaded> MeasureUnloaded(loadgen::Target& target) {
+  loadgen::WorkloadOptions w = Workload(5, 777);
+  w.kind = loadgen::WorkloadKind::kFixed;
+  PD_ASSIGN_OR_RETURN(std::vector<loadgen::BenchRequest> requests,
+                      loadgen::MakeWorkload(w));
   std::vector<double> ttft, tpot;
-  for (loadgen::BenchRequest& r : *requests) {
-    r.prompt.resize(absl::GetFlag(FLAGS_prompt_tokens));
-    r.output_tokens = absl::GetFlag(FLAGS_output_tokens);
+  for (const loadgen::BenchRequest& r : requests) {
     const loadgen::RequestRecord rec =
         target.Send(r, absl::Now(), absl::Minutes(2));
-    if (!rec.ok()) continue;
+    if (!rec.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "a request alone failed: ", rec.error_kind, ": ", rec.error));
+    }
     ttft.push_back(absl::ToDoubleMilliseconds(rec.ttft));
     tpot.push_back(absl::ToDoubleMilliseconds(rec.tpot()));
   }
-  return {Median(ttft), Median(tpot)};
+  return Unloaded{Median(ttft), Median(tpot)};
 }
 
 struct RatePoint {
@@ -207,7 +214,13 @@ int Main() {
     loadgen::TargetOptions target_options;
     target_options.url = absl::StrCat("grpc://", (*cluster)->router_address());
     auto target = loadgen::MakeTarget(target_options);
-    const Unloaded alone = MeasureUnloaded(**target);
+    const absl::StatusOr<Unloaded> measured = MeasureUnloaded(**target);
+    if (!measured.ok()) {
+      absl::FPrintF(stderr, "%s: %s\n", config.name,
+                    measured.status().ToString());
+      return 1;
+    }
+    const Unloaded alone = *measured;
     absl::FPrintF(stderr, "   one request alone: TTFT %.1f ms, TPOT %.2f ms\n",
                   alone.ttft_ms, alone.tpot_ms);
     if (slo.ttft_ms <= 0) {
@@ -262,12 +275,14 @@ int Main() {
                     p.rate, p.goodput, 100 * p.attainment, p.p99_ttft,
                     p.p99_tpot, p.failed);
       points[config.name].push_back(p);
-      // The plot's goodput curve is the medians.
-      json& run = report["runs"].back();
-      run["goodput"] = p.goodput;
-      run["request_throughput"] = p.throughput;
-      run["ttft_ms"]["p99"] = p.p99_ttft;
-      run["tpot_ms"]["p99"] = p.p99_tpot;
+      // The medians over the repeats, beside the first repeat's own
+      // figures (bench/plot_serving.py draws the medians when present).
+      report["runs"].back()["median"] = {{"goodput", p.goodput},
+                                         {"request_throughput", p.throughput},
+                                         {"slo_attainment", p.attainment},
+                                         {"p99_ttft_ms", p.p99_ttft},
+                                         {"p99_tpot_ms", p.p99_tpot},
+                                         {"repeats", repeats}};
     }
     if (const absl::Status stopped = (*cluster)->Stop(absl::Seconds(20));
         !stopped.ok()) {
@@ -335,12 +350,12 @@ int Main() {
   out["max_goodput_ratio"] = ratio_json(ratio_of(best_d, best_c));
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
-    std::ofstream(json_path) << out.dump(1) << "\n";
+    std::ofstream(json_path) << loadgen::DumpJson(out) << "\n";
     for (const char* name : {"disaggregated", "colocated"}) {
       const std::string path =
           std::filesystem::path(json_path).replace_extension(
               absl::StrCat(".", name, ".json"));
-      std::ofstream(path) << out[name].dump(1) << "\n";
+      std::ofstream(path) << loadgen::DumpJson(out[name]) << "\n";
     }
     absl::FPrintF(stderr, "wrote %s (and its .disaggregated/.colocated.json)\n",
                   json_path);

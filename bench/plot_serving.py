@@ -63,15 +63,22 @@ def main(argv):
         finite = [r for r in runs if math.isfinite(rate_of(r))]
         if finite:
             x = [rate_of(r) for r in finite]
-            good_ax.plot(x, [r["goodput"] for r in finite], "o" + style,
+            # Medians over repeats when the run has them.
+            med = [r.get("median", {}) for r in finite]
+            good_ax.plot(x, [m.get("goodput", r["goodput"])
+                             for m, r in zip(med, finite)], "o" + style,
                          label=f"{label}: goodput")
-            good_ax.plot(x, [r["request_throughput"] for r in finite],
+            good_ax.plot(x, [m.get("request_throughput",
+                                   r["request_throughput"])
+                             for m, r in zip(med, finite)],
                          "x" + style, alpha=0.6,
                          label=f"{label}: throughput")
-            p99_ax.plot(x, [r["ttft_ms"]["p99"] for r in finite],
+            p99_ax.plot(x, [m.get("p99_ttft_ms", r["ttft_ms"]["p99"])
+                            for m, r in zip(med, finite)],
                         "o" + style, color=colors[0],
                         label=f"{label}: p99 TTFT")
-            p99_ax.plot(x, [r["tpot_ms"]["p99"] for r in finite],
+            p99_ax.plot(x, [m.get("p99_tpot_ms", r["tpot_ms"]["p99"])
+                            for m, r in zip(med, finite)],
                         "s" + style, color=colors[1],
                         label=f"{label}: p99 TPOT")
     for ax, what, slo in ((ttft_ax, "TTFT", slo_ttft),

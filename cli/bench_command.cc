@@ -146,6 +146,12 @@ int Bench() {
     }
     rates.push_back(rate);
   }
+  if (w.kind == loadgen::WorkloadKind::kTrace &&
+      absl::GetFlag(FLAGS_request_rate) != std::vector<std::string>{"inf"}) {
+    return Usage(
+        "a trace keeps its own arrival times: use --trace_speedup, not "
+        "--request_rate");
+  }
   const double burstiness = absl::GetFlag(FLAGS_burstiness);
   if (!(burstiness > 0)) return Usage("--burstiness must be positive");
   const loadgen::Slo slo{.ttft_ms = absl::GetFlag(FLAGS_slo_ttft_ms),
@@ -160,8 +166,18 @@ int Bench() {
 
   json runs = json::array();
   for (size_t run_index = 0; run_index < rates.size(); ++run_index) {
-    const double rate = rates[run_index];
+    double rate = rates[run_index];
     if (run_index > 0) requests = workload_for_run(run_index);
+    if (!requests.ok()) {
+      std::cerr << "pdctl bench: " << requests.status() << "\n";
+      return 1;
+    }
+    // A replayed trace is labelled with its own mean rate.
+    if (w.kind == loadgen::WorkloadKind::kTrace && requests->size() > 1) {
+      const double span = absl::ToDoubleSeconds(*requests->back().arrival -
+                                                *requests->front().arrival);
+      if (span > 0) rate = (requests->size() - 1) / span;
+    }
     // One request first: a target that cannot answer it fails the run
     // clearly instead of filling the table with errors.
     // Its prompt is the first one reversed: no prefix to leave in a cache
@@ -224,7 +240,7 @@ int Bench() {
   }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
-    out << report.dump(1) << "\n";
+    out << loadgen::DumpJson(report) << "\n";
     if (!out.flush()) {
       std::cerr << "pdctl bench: cannot write " << json_path << "\n";
       return 1;

@@ -81,13 +81,17 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!options.cpus.empty() &&
-        ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
-      ::_exit(126);  // Not one of the CPUs this process may use.
-    }
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
+    }
+    if (!options.cpus.empty() &&
+        ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+      // Not CPUs this process may use (say, outside its cgroup's cpuset).
+      static const char kMessage[] =
+          "subprocess: cannot pin to the CPUs asked for\n";
+      (void)!::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+      ::_exit(126);
     }
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);

@@ -334,7 +334,8 @@ TEST_F(LlmEngineTest, TransferCallsAreNotStarvedByABusyEngine) {
     const int64_t before = steps;
     auto reservation = engine->ReserveTransfer(Prompt(12, 100 + i));
     const int64_t during = steps - before;
-    ASSERT_TRUE(reservation.ok()) << reservation.status();
+    EXPECT_TRUE(reservation.ok()) << reservation.status();
+    if (!reservation.ok()) break;  // (the stepper must still be joined)
     engine->ReleaseTransfer(reservation->id);
     worst = std::max(worst, during);
   }

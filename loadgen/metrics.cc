@@ -161,6 +161,10 @@ json ToJson(const LoadSummary& s) {
   };
 }
 
+std::string DumpJson(const json& value) {
+  return value.dump(1, ' ', false, json::error_handler_t::replace);
+}
+
 json ToJson(const std::vector<RequestRecord>& records) {
   json out = json::array();
   for (const RequestRecord& r : records) {

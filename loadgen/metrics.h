@@ -3,7 +3,7 @@
 //
 // Definitions (vLLM's and DistServe's):
 //   TTFT  send -> first output token;  TPOT  (e2e - TTFT) / (tokens - 1);
-//   ITL   gaps between output chunks;  E2E   send -> last token;
+//   ITL   gaps between output chunks;  E2E   send -> end of the stream;
 //   goodput  completed requests per second whose TTFT <= slo_ttft_ms and
 //            TPOT <= slo_tpot_ms (an unset SLO holds for every request);
 //   SLO attainment  the fraction of all requests sent that met both.
@@ -58,6 +58,9 @@ LoadSummary Summarize(const LoadResult& result, const Slo& slo,
 std::string FormatSummary(const LoadSummary& summary);
 
 nlohmann::json ToJson(const LoadSummary& summary);
+// Text for a JSON file: error messages cut at 200 bytes (or sent so by a
+// server) may hold broken UTF-8, which is replaced rather than thrown on.
+std::string DumpJson(const nlohmann::json& value);
 nlohmann::json ToJson(const std::vector<RequestRecord>& records);
 
 }  // namespace pdserve::loadgen

@@ -147,9 +147,9 @@ class OpenAiHttpTarget : public Target {
     if (!model_.empty()) body["model"] = model_;
     RequestRecord record = NewRecord(request);
     httplib::Client client(host_, port_);
-    const int64_t seconds = absl::ToInt64Seconds(timeout);
-    client.set_read_timeout(seconds, 0);
-    client.set_write_timeout(seconds, 0);
+    const int64_t us = absl::ToInt64Microseconds(timeout);
+    client.set_read_timeout(us / 1000000, us % 1000000);
+    client.set_write_timeout(us / 1000000, us % 1000000);
     client.set_connection_timeout(10, 0);
     httplib::Request post;
     post.method = "POST";
@@ -164,6 +164,26 @@ class OpenAiHttpTarget : public Target {
     bool done = false;
     Stopwatch watch(&record, run_start);
     const absl::Time give_up = absl::Now() + timeout;
+    // One SSE event: its data lines joined by newlines (the SSE rule);
+    // comments and other fields ignored.
+    auto on_event = [&](absl::string_view event) {
+      std::string payload;
+      bool has_data = false;
+      for (absl::string_view line : absl::StrSplit(event, '\n')) {
+        if (!absl::ConsumePrefix(&line, "data:")) continue;
+        absl::ConsumePrefix(&line, " ");
+        if (has_data) payload.push_back('\n');
+        absl::StrAppend(&payload, line);
+        has_data = true;
+      }
+      if (!has_data) return;
+      if (absl::StripAsciiWhitespace(payload) == "[DONE]") {
+        done = true;
+        return;
+      }
+      OnEvent(json::parse(payload, nullptr, false), &watch, &record,
+              &usage_tokens);
+    };
     post.content_receiver = [&](const char* data, size_t size, uint64_t,
                                 uint64_t) {
       head.append(data,
@@ -175,22 +195,14 @@ class OpenAiHttpTarget : public Target {
       }
       size_t end;
       while ((end = pending.find("\n\n")) != std::string::npos) {
-        const std::string event = pending.substr(0, end);
+        on_event(absl::string_view(pending).substr(0, end));
         pending.erase(0, end + 2);
-        for (absl::string_view line : absl::StrSplit(event, '\n')) {
-          if (!absl::ConsumePrefix(&line, "data:")) continue;  // comments
-          line = absl::StripLeadingAsciiWhitespace(line);
-          if (line == "[DONE]") {
-            done = true;
-            continue;
-          }
-          OnEvent(json::parse(line, nullptr, false), &watch, &record,
-                  &usage_tokens);
-        }
       }
       return absl::Now() < give_up;
     };
     httplib::Result result = client.send(post);
+    // A last event the server did not end with a blank line.
+    if (result && result->status == 200 && !pending.empty()) on_event(pending);
     watch.Finish();
     if (record.ok()) {
       if (!result) {

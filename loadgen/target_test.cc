@@ -100,6 +100,18 @@ TEST(OpenAiHttpTargetTest, ReadsLfAndCrlfStreamsSplitAnywhere) {
       EXPECT_LE(r.ttft, r.e2e);
     }
   }
+  // A data field over two lines (joined by the SSE rule), and a last event
+  // the server did not end with a blank line.
+  {
+    ScriptedServer server(200,
+                          absl::StrCat(Event("a"),
+                                       "data: {\"choices\": [{\"index\": 0,\n"
+                                       "data: \"text\": \"b\"}]}\n\n",
+                                       Event("c"), Usage(3), "data: [DONE]"));
+    const RequestRecord r = Send(server.url());
+    ASSERT_TRUE(r.ok()) << r.error_kind << ": " << r.error;
+    EXPECT_EQ(r.itl_ms.size(), 2u);
+  }
   // What it asked for: a token-id prompt, streamed, EOS ignored, usage.
   ScriptedServer server(200, lf);
   Send(server.url());

@@ -89,7 +89,6 @@ absl::StatusOr<std::vector<BenchRequest>> LoadTrace(const WorkloadOptions& o) {
   while (std::getline(in, text)) {
     ++line_number;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (o.num_requests > 0 && requests.size() >= size_t(o.num_requests)) break;
     const std::string where = absl::StrCat(o.trace_path, ":", line_number);
     const json line = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!line.is_object()) {
@@ -142,6 +141,10 @@ absl::StatusOr<std::vector<BenchRequest>> LoadTrace(const WorkloadOptions& o) {
                    [](const BenchRequest& a, const BenchRequest& b) {
                      return *a.arrival < *b.arrival;
                    });
+  // The earliest num_requests, whatever the file's order.
+  if (o.num_requests > 0 && requests.size() > size_t(o.num_requests)) {
+    requests.resize(o.num_requests);
+  }
   for (size_t i = 0; i < requests.size(); ++i) requests[i].index = i;
   return requests;
 }

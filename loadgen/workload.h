@@ -68,7 +68,7 @@ struct WorkloadOptions {
 
 // INVALID_ARGUMENT for bad options; for a trace, NOT_FOUND or
 // INVALID_ARGUMENT naming the file and line that is wrong. A trace yields
-// at most num_requests requests when num_requests > 0.
+// the earliest num_requests requests when num_requests > 0.
 absl::StatusOr<std::vector<BenchRequest>> MakeWorkload(
     const WorkloadOptions& options);
 

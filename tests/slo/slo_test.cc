@@ -153,6 +153,11 @@ class SloTest : public ::testing::Test {
   SloRun RunSteadyLoad() {
     SloRun run;
     run.alone = MeasureAlone();
+    if (!(run.alone.ttft_ms > 0 && run.alone.tpot_ms > 0)) {
+      // No baseline (the lone requests failed): nothing to hold the load to.
+      run.violations.push_back("no baseline: the requests alone failed");
+      return run;
+    }
     run.rate = kLoad * 1000.0 / run.alone.ttft_ms;
     const int n = std::max(12, static_cast<int>(run.rate * kLoadSeconds));
     auto requests = loadgen::MakeWorkload(Workload(n, 7));
