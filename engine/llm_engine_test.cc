@@ -3,10 +3,7 @@
 // cache, each request gets the tokens it gets when it runs alone.
 #include "engine/llm_engine.h"
 
-#include <sched.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <map>
 #include <string>
@@ -293,58 +290,6 @@ TEST_F(LlmEngineTest, TransferredRequestContinuesLikeALocalOne) {
   EXPECT_EQ(decode->AddRequest(rest).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(decode->runner().blocks().CheckInvariants().ok());
-}
-
-// Reservations come in while the engine thread steps back to back (a busy
-// decode worker): each waits at most about one step, not until the engine
-// runs dry. (absl::Mutex is not fair; without Step yielding to waiting
-// callers, an Admit on a busy decode worker waited seconds.)
-TEST_F(LlmEngineTest, TransferCallsAreNotStarvedByABusyEngine) {
-  // One CPU for both threads, as on a loaded worker: a woken waiter then
-  // runs only once the stepping thread is preempted, which is almost
-  // always inside a step, holding the lock.
-  cpu_set_t saved, one;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
-  CPU_ZERO(&one);
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &saved)) {
-      CPU_SET(c, &one);
-      break;
-    }
-  }
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-  auto engine = MakeEngine(256, 512);
-  // The busy request's outputs count the steps: one token per step.
-  std::atomic<int64_t> steps{0};
-  std::atomic<bool> done{false};
-  EngineRequest busy = Greedy(Prompt(8, 3), 100000);
-  busy.on_output = [&](const RequestOutput& out) {
-    ++steps;
-    if (out.finish != RequestFinish::kNone) done = true;
-  };
-  auto busy_id = engine->AddRequest(std::move(busy));
-  ASSERT_TRUE(busy_id.ok());
-  std::atomic<bool> stop{false};
-  std::thread stepper([&] {
-    while (!stop) EXPECT_TRUE(engine->Step().ok());
-  });
-  while (steps < 5) absl::SleepFor(absl::Milliseconds(1));
-  int64_t worst = 0;
-  for (int i = 0; i < 20; ++i) {
-    const int64_t before = steps;
-    auto reservation = engine->ReserveTransfer(Prompt(12, 100 + i));
-    const int64_t during = steps - before;
-    EXPECT_TRUE(reservation.ok()) << reservation.status();
-    if (!reservation.ok()) break;  // (the stepper must still be joined)
-    engine->ReleaseTransfer(reservation->id);
-    worst = std::max(worst, during);
-  }
-  EXPECT_LE(worst, 2) << "a reservation waited " << worst << " engine steps";
-  engine->Cancel(*busy_id);
-  while (!done) absl::SleepFor(absl::Milliseconds(1));
-  stop = true;
-  stepper.join();
-  sched_setaffinity(0, sizeof(saved), &saved);
 }
 
 // A request replayed with tokens it already produced (a migration) goes on
