@@ -125,7 +125,8 @@ std::vector<Config> Configs(const std::vector<int>& cpus) {
     config->cores = absl::StrCat(absl::StrJoin(shown, ", "),
                                  "; router and load generator unpinned");
   }
-  return {disagg, coloc};
+  // Colocated first: its lone request sets the SLOs.
+  return {coloc, disagg};
 }
 
 loadgen::WorkloadOptions Workload(int num_requests, uint64_t seed) {
@@ -191,7 +192,6 @@ int Main() {
   const std::string work_dir = absl::GetFlag(FLAGS_work_dir);
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   std::vector<Config> configs = Configs(cpus);
-  std::swap(configs[0], configs[1]);  // colocated first: it sets the SLOs
   loadgen::Slo slo{absl::GetFlag(FLAGS_slo_ttft_ms),
                    absl::GetFlag(FLAGS_slo_tpot_ms)};
   json out = {{"model", configs[0].options.model_path},

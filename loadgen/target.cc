@@ -186,8 +186,8 @@ class OpenAiHttpTarget : public Target {
     };
     post.content_receiver = [&](const char* data, size_t size, uint64_t,
                                 uint64_t) {
-      head.append(data,
-                  std::min(size, 200 - std::min<size_t>(200, head.size())));
+      if (head.size() < 200)
+        head.append(data, std::min(size, 200 - head.size()));
       // Servers may end lines with CRLF (sse-starlette does); events are
       // split on blank lines either way.
       for (size_t i = 0; i < size; ++i) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "httplib.h"
 
@@ -26,6 +27,7 @@ class ScriptedServer {
       : status_(status), body_(std::move(body)), piece_(piece) {
     server_.Post("/v1/completions", [this](const httplib::Request& request,
                                            httplib::Response& response) {
+      absl::MutexLock lock(&mu_);
       last_request_ = request.body;
       response.status = status_;
       if (status_ != 200) {
@@ -52,7 +54,10 @@ class ScriptedServer {
     thread_.join();
   }
   std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
-  const std::string& last_request() const { return last_request_; }
+  std::string last_request() {
+    absl::MutexLock lock(&mu_);
+    return last_request_;
+  }
 
  private:
   httplib::Server server_;
@@ -61,7 +66,8 @@ class ScriptedServer {
   const size_t piece_;
   int port_ = 0;
   std::thread thread_;
-  std::string last_request_;
+  absl::Mutex mu_;
+  std::string last_request_ ABSL_GUARDED_BY(mu_);
 };
 
 std::string Event(const std::string& text) {
