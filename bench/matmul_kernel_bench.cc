@@ -10,7 +10,8 @@
 //                 matrix is not in cache: 49152 x 576 is the output head);
 //   tokens 4..128 prefill and batched decode (compute-bound: the matrix
 //                 stays in L2 while every group of 4 tokens passes).
-// "PackedMatVec" cases run the decode kernel on weights repacked at load.
+// "PackedMatVec" cases run the decode kernel on weights repacked at load,
+// "PackedMatMul" cases the several-token kernel on them.
 // Counters: weight bytes read per second (GB/s) and integer multiply-adds
 // per second (GMAC/s). "Scalar" cases run VecDotReference row by row, the
 // reference every SIMD kernel equals bit for bit.
@@ -124,6 +125,25 @@ void BM_PackedMatVec(benchmark::State& state, GgmlType type) {
   SetCounters(state, rows, cols, 1, o.row_bytes);
 }
 
+// Several tokens against the packed weights (prefill, batched decode).
+void BM_PackedMatMul(benchmark::State& state, GgmlType type) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  const int tokens = static_cast<int>(state.range(2));
+  Operands o = Make(type, rows, cols, tokens);
+  const std::unique_ptr<kernels::PackedMatrix> packed =
+      kernels::PackedMatrix::Pack(type, o.weights.data(), rows, cols);
+  if (packed == nullptr) {
+    state.SkipWithError("no packed kernel on this CPU");
+    return;
+  }
+  for (auto _ : state) {
+    packed->MatMul(0, rows, o.activations.data(), tokens, o.out.data(), rows);
+    benchmark::DoNotOptimize(o.out.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, rows, cols, tokens, o.row_bytes);
+}
+
 // {rows, cols, tokens}: attention output / FFN up / FFN down of the default
 // model, and its Q8_0 output head.
 void Shapes(benchmark::internal::Benchmark* b) {
@@ -135,6 +155,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK_CAPTURE(BM_MatMulRows, q4_1, GgmlType::kQ4_1)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1, GgmlType::kQ4_1)->Apply(Shapes);
 BENCHMARK_CAPTURE(BM_Scalar, q4_1, GgmlType::kQ4_1)
     ->Args({1536, 576, 1})
     ->Args({1536, 576, 4});
@@ -145,6 +166,8 @@ BENCHMARK_CAPTURE(BM_MatMulRows, q8_0, GgmlType::kQ8_0)
     ->Args({1536, 576, 1})
     ->Args({1536, 576, 32})
     ->Args({49152, 576, 1});
+BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0, GgmlType::kQ8_0)
+    ->Args({1536, 576, 32});
 BENCHMARK_CAPTURE(BM_Scalar, q8_0, GgmlType::kQ8_0)->Args({1536, 576, 1});
 // 1536 x 576 stays in L2 (compute); 49152 x 576 (the output head) and
 // 16 x 1536 x 576 stream from memory.

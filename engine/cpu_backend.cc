@@ -63,7 +63,7 @@ CpuBackend::CpuBackend(const model::ModelConfig& config,
       threads_(options.num_threads),
       llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics),
       fp8_kv_(pool_->layout().dtype() == v1::KV_DTYPE_FP8_E4M3) {
-  if (!options.pack_weights_for_decode) return;
+  if (!options.pack_weights) return;
   auto pack = [this](const WeightMatrix& w) {
     std::unique_ptr<kernels::PackedMatrix> packed =
         kernels::PackedMatrix::Pack(w.type, w.data, w.rows, w.cols);
@@ -168,10 +168,8 @@ void CpuBackend::MatMuls(std::initializer_list<MatMulJob> jobs, const float* x,
   int64_t total = 0;
   for (const MatMulJob& job : jobs) {
     const kernels::PackedMatrix* packed = nullptr;
-    if (n_tokens == 1) {
-      auto it = packed_.find(job.w->data);
-      if (it != packed_.end()) packed = it->second.get();
-    }
+    auto it = packed_.find(job.w->data);
+    if (it != packed_.end()) packed = it->second.get();
     parts[count++] = {job.w, job.out, packed, total};
     total += (job.w->rows + kGrain - 1) / kGrain * kGrain;
   }
@@ -182,7 +180,8 @@ void CpuBackend::MatMuls(std::initializer_list<MatMulJob> jobs, const float* x,
       const int64_t hi = std::min(end, p.offset + p.w->rows) - p.offset;
       if (lo >= hi) continue;
       if (p.packed != nullptr) {
-        p.packed->MatVec(lo, hi, cache->bytes.data(), p.out);
+        p.packed->MatMul(lo, hi, cache->bytes.data(), n_tokens, p.out,
+                         p.w->rows);
       } else {
         kernels::MatMulRows(p.w->type, p.w->data, p.w->cols, lo, hi,
                             cache->bytes.data(), n_tokens, p.out, p.w->rows);
@@ -191,19 +190,38 @@ void CpuBackend::MatMuls(std::initializer_list<MatMulJob> jobs, const float* x,
   });
 }
 
+void CpuBackend::ForTokens(int n_tokens,
+                           absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  constexpr int kMinParallelTokens = 8;
+  if (n_tokens < kMinParallelTokens) {
+    fn(0, n_tokens);
+  } else {
+    threads_.ParallelFor(n_tokens, fn);
+  }
+}
+
 void CpuBackend::RmsNorm(const float* x, const std::vector<float>& weight,
-                         int n_tokens, float* out) {
+                         int64_t begin, int64_t end, float* out) {
   const int dim = config_.hidden_size;
   const float eps = config_.rms_norm_eps;
-  for (int t = 0; t < n_tokens; ++t) {
-    const float* row = x + int64_t{t} * dim;
-    float* dst = out + int64_t{t} * dim;
+  for (int64_t t = begin; t < end; ++t) {
+    const float* row = x + t * dim;
+    float* dst = out + t * dim;
     double sum = 0;
     for (int i = 0; i < dim; ++i) sum += static_cast<double>(row[i] * row[i]);
     const float mean = static_cast<float>(sum / dim);
     const float scale = 1.0f / std::sqrt(mean + eps);
     for (int i = 0; i < dim; ++i) dst[i] = (row[i] * scale) * weight[i];
   }
+}
+
+void CpuBackend::AddResidualAndNorm(const std::vector<float>* norm,
+                                    int n_tokens) {
+  const int64_t dim = config_.hidden_size;
+  ForTokens(n_tokens, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * dim; i < end * dim; ++i) x_[i] += proj_[i];
+    if (norm != nullptr) RmsNorm(x_.data(), *norm, begin, end, xn_.data());
+  });
 }
 
 void CpuBackend::ComputeRopeTables(int n_tokens) {
@@ -225,15 +243,16 @@ void CpuBackend::ComputeRopeTables(int n_tokens) {
   }
 }
 
-void CpuBackend::ApplyRope(float* rows, int n_tokens, int n_heads) {
+void CpuBackend::ApplyRope(float* rows, int64_t begin, int64_t end,
+                           int n_heads) {
   const int pairs = config_.rope_dims / 2;
   const int head_dim = config_.head_dim;
   const bool halves = config_.rope_style == model::RopeStyle::kHalves;
-  for (int t = 0; t < n_tokens; ++t) {
-    const float* cs = rope_cos_.data() + int64_t{t} * pairs;
-    const float* sn = rope_sin_.data() + int64_t{t} * pairs;
+  for (int64_t t = begin; t < end; ++t) {
+    const float* cs = rope_cos_.data() + t * pairs;
+    const float* sn = rope_sin_.data() + t * pairs;
     for (int h = 0; h < n_heads; ++h) {
-      float* x = rows + (int64_t{t} * n_heads + h) * head_dim;
+      float* x = rows + (t * n_heads + h) * head_dim;
       for (int i = 0; i < pairs; ++i) {
         const int a = halves ? i : 2 * i;
         const int b = halves ? i + pairs : 2 * i + 1;
@@ -243,17 +262,18 @@ void CpuBackend::ApplyRope(float* rows, int n_tokens, int n_heads) {
   }
 }
 
-void CpuBackend::StoreKv(const ForwardBatch& batch, int layer, int n_tokens) {
+void CpuBackend::StoreKv(const ForwardBatch& batch, int layer, int64_t begin,
+                         int64_t end) {
   const int32_t bs = pool_->layout().block_size_tokens();
   const int kv = config_.kv_size();
-  for (int t = 0; t < n_tokens; ++t) {
+  for (int64_t t = begin; t < end; ++t) {
     const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
     const int32_t pos = tokens_[t].pos;
     const uint32_t block = c.block_table[pos / bs];
     uint8_t* kdst = pool_->Slot(layer, block, KvHalf::kKey, pos % bs);
     uint8_t* vdst = pool_->Slot(layer, block, KvHalf::kValue, pos % bs);
-    const float* k = k_.data() + int64_t{t} * kv;
-    const float* v = v_.data() + int64_t{t} * kv;
+    const float* k = k_.data() + t * kv;
+    const float* v = v_.data() + t * kv;
     if (fp8_kv_) {
       kernels::Fp32ToFp8E4M3Row(k, kv, kdst);
       kernels::Fp32ToFp8E4M3Row(v, kv, vdst);
@@ -274,26 +294,27 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
   // A token's attention costs grow with its position, and ParallelFor gives
   // each thread one contiguous range: items go in zig-zag token order
   // (first, last, second, second to last, ...) so that the ranges carry
-  // about the same work. Every (token, head) is computed the same way
-  // whichever thread takes it.
-  threads_.ParallelFor(int64_t{n_tokens} * heads, [&](int64_t begin,
-                                                      int64_t end) {
+  // about the same work. An item is one (token, KV head): the query heads
+  // that share the KV head reuse its gathered (and, for fp8, widened) rows.
+  // Every (token, head) is computed the same way whichever thread takes it.
+  const int kv_heads = config_.num_kv_heads;
+  threads_.ParallelFor(int64_t{n_tokens} * kv_heads, [&](int64_t begin,
+                                                         int64_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<float> probs;
     thread_local std::vector<uint16_t> q16;
     thread_local std::vector<uint16_t> p16;
     thread_local std::vector<const uint16_t*> krows;
     thread_local std::vector<const uint16_t*> vrows;
-    // An fp8 cache's rows of this (token, head), widened to fp16 (exact),
+    // An fp8 cache's rows of this (token, KV head), widened to fp16 (exact),
     // so that the f16 products below run unchanged.
     thread_local std::vector<uint16_t> widened;
     q16.resize(d);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t slot = item / heads;
+      const int64_t slot = item / kv_heads;
       const int t =
           static_cast<int>(slot % 2 == 0 ? slot / 2 : n_tokens - 1 - slot / 2);
-      const int h = static_cast<int>(item % heads);
-      const int kvh = h / group;
+      const int kvh = static_cast<int>(item % kv_heads);
       const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
       // llama.cpp sums f16 products with tinyBLAS for the prompt (a batch
       // of two or more tokens) and with ggml_vec_dot_f16 for a single
@@ -308,8 +329,6 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       // -inf; softmax works in chunks of 16, so padding to 16 is enough
       // for the same sums.
       const int32_t n_pad = (n_ctx + 15) / 16 * 16;
-      kernels::Fp32ToFp16Row(q_.data() + (int64_t{t} * heads + h) * d, d,
-                             q16.data());
       scores.resize(n_pad);
       probs.resize(n_pad);
       p16.resize(n_pad);
@@ -333,24 +352,28 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
           vrows[j] = reinterpret_cast<const uint16_t*>(value) + kvh * d;
         }
       }
-      kernels::DotF16Many(order, d, krows.data(), n_ctx, q16.data(), scale,
-                          scores.data());
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int32_t j = 0; j < n_ctx; ++j) {
-        max_score = std::max(max_score, scores[j]);
+      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        kernels::Fp32ToFp16Row(q_.data() + (int64_t{t} * heads + h) * d, d,
+                               q16.data());
+        kernels::DotF16Many(order, d, krows.data(), n_ctx, q16.data(), scale,
+                            scores.data());
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int32_t j = 0; j < n_ctx; ++j) {
+          max_score = std::max(max_score, scores[j]);
+        }
+        for (int32_t j = n_ctx; j < n_pad; ++j) {
+          scores[j] = -std::numeric_limits<float>::infinity();
+        }
+        const double denom =
+            kernels::SoftMaxGgml(n_pad, scores.data(), max_score, probs.data());
+        const float inv = static_cast<float>(1.0 / denom);
+        // Rounded through fp16, as ggml rounds them for the f16 product.
+        for (int32_t j = 0; j < n_ctx; ++j) probs[j] *= inv;
+        kernels::Fp32ToFp16Row(probs.data(), n_ctx, p16.data());
+        kernels::Fp16ToFp32Row(p16.data(), n_ctx, probs.data());
+        kernels::WeightedRowSumF16(order, n_ctx, probs.data(), vrows.data(), d,
+                                   attn_.data() + (int64_t{t} * heads + h) * d);
       }
-      for (int32_t j = n_ctx; j < n_pad; ++j) {
-        scores[j] = -std::numeric_limits<float>::infinity();
-      }
-      const double denom =
-          kernels::SoftMaxGgml(n_pad, scores.data(), max_score, probs.data());
-      const float inv = static_cast<float>(1.0 / denom);
-      // Rounded through fp16, as ggml rounds them for the f16 product.
-      for (int32_t j = 0; j < n_ctx; ++j) probs[j] *= inv;
-      kernels::Fp32ToFp16Row(probs.data(), n_ctx, p16.data());
-      kernels::Fp16ToFp32Row(p16.data(), n_ctx, probs.data());
-      kernels::WeightedRowSumF16(order, n_ctx, probs.data(), vrows.data(), d,
-                                 attn_.data() + (int64_t{t} * heads + h) * d);
     }
   });
 }
@@ -396,32 +419,35 @@ absl::Status CpuBackend::Forward(const ForwardBatch& batch,
   }
   ComputeRopeTables(T);
 
+  ForTokens(T, [&](int64_t begin, int64_t end) {
+    RmsNorm(x_.data(), weights_.layers[0].attn_norm, begin, end, xn_.data());
+  });
   for (int l = 0; l < config_.num_layers; ++l) {
     const model::LayerWeights& L = weights_.layers[l];
-    // Attention block.
-    RmsNorm(x_.data(), L.attn_norm, T, xn_.data());
+    // Attention block (xn_ holds its normed input).
     qrows_a_.source = nullptr;
     MatMuls({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}},
             xn_.data(), T, &qrows_a_);
-    if (config_.has_qkv_bias) {
-      for (int t = 0; t < T; ++t) {
-        for (int i = 0; i < Q; ++i) q_[int64_t{t} * Q + i] += L.bq[i];
-        for (int i = 0; i < KV; ++i) {
-          k_[int64_t{t} * KV + i] += L.bk[i];
-          v_[int64_t{t} * KV + i] += L.bv[i];
+    ForTokens(T, [&](int64_t begin, int64_t end) {
+      if (config_.has_qkv_bias) {
+        for (int64_t t = begin; t < end; ++t) {
+          for (int i = 0; i < Q; ++i) q_[t * Q + i] += L.bq[i];
+          for (int i = 0; i < KV; ++i) {
+            k_[t * KV + i] += L.bk[i];
+            v_[t * KV + i] += L.bv[i];
+          }
         }
       }
-    }
-    ApplyRope(q_.data(), T, config_.num_heads);
-    ApplyRope(k_.data(), T, config_.num_kv_heads);
-    StoreKv(batch, l, T);
+      ApplyRope(q_.data(), begin, end, config_.num_heads);
+      ApplyRope(k_.data(), begin, end, config_.num_kv_heads);
+      StoreKv(batch, l, begin, end);
+    });
     Attention(batch, l, T);
     qrows_b_.source = nullptr;
     MatMul(L.wo, attn_.data(), T, proj_.data(), &qrows_b_);
-    for (int64_t i = 0; i < int64_t{T} * E; ++i) x_[i] += proj_[i];
+    AddResidualAndNorm(&L.ffn_norm, T);
 
-    // Feed-forward block: down(silu(gate(x)) * up(x)).
-    RmsNorm(x_.data(), L.ffn_norm, T, xn_.data());
+    // Feed-forward block: down(silu(gate(xn)) * up(xn)).
     qrows_a_.source = nullptr;
     MatMuls({{&L.ffn_gate, gate_.data()}, {&L.ffn_up, up_.data()}}, xn_.data(),
             T, &qrows_a_);
@@ -433,7 +459,10 @@ absl::Status CpuBackend::Forward(const ForwardBatch& batch,
     });
     qrows_b_.source = nullptr;
     MatMul(L.ffn_down, gate_.data(), T, proj_.data(), &qrows_b_);
-    for (int64_t i = 0; i < int64_t{T} * E; ++i) x_[i] += proj_[i];
+    // The next layer's attention norm comes with the residual; the last
+    // layer's output norm runs below on the rows that want logits.
+    const bool last = l + 1 == config_.num_layers;
+    AddResidualAndNorm(last ? nullptr : &weights_.layers[l + 1].attn_norm, T);
 
     if (batch.on_layer_done) batch.on_layer_done(l);
   }
@@ -460,8 +489,7 @@ absl::Status CpuBackend::Forward(const ForwardBatch& batch,
       t += n;
     }
   }
-  RmsNorm(selected.data(), weights_.output_norm, static_cast<int>(rows),
-          xn_.data());
+  RmsNorm(selected.data(), weights_.output_norm, 0, rows, xn_.data());
   qrows_a_.source = nullptr;
   MatMul(weights_.output, xn_.data(), static_cast<int>(rows), logits->data(),
          &qrows_a_);

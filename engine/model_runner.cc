@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   CpuBackendOptions backend_options;
   backend_options.num_threads = options.num_threads;
   backend_options.llamacpp_prompt_numerics = options.llamacpp_prompt_numerics;
-  backend_options.pack_weights_for_decode = options.pack_weights_for_decode;
+  backend_options.pack_weights = options.pack_weights;
   PD_ASSIGN_OR_RETURN(
       r->backend_,
       CpuBackend::Create(c, model.weights(), std::move(pool), backend_options));

@@ -50,9 +50,8 @@ struct ModelRunnerOptions {
   // Reproduce llama.cpp's arithmetic for prompt tokens (see
   // CpuBackendOptions::llamacpp_prompt_numerics).
   bool llamacpp_prompt_numerics = true;
-  // See CpuBackendOptions::pack_weights_for_decode. Prefill workers, which
-  // never run single-token steps, turn it off.
-  bool pack_weights_for_decode = true;
+  // See CpuBackendOptions::pack_weights.
+  bool pack_weights = true;
   // How the KV cache stores K and V: KV_DTYPE_F16 (llama.cpp's numerics,
   // token for token) or KV_DTYPE_FP8_E4M3 (half the memory: twice the
   // tokens in the same kv_cache_bytes; attention sees each K and V value

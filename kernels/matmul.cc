@@ -808,6 +808,14 @@ void PackedMatrix::MatVec(int64_t row_begin, int64_t row_end,
                          static_cast<const uint8_t*>(activation), out);
 }
 
+void PackedMatrix::MatMul(int64_t row_begin, int64_t row_end,
+                          const void* activations, int n_tokens, float* out,
+                          int64_t out_stride) const {
+  internal::MatMulPacked(type_, bytes_.data(), n_, row_begin, row_end,
+                         static_cast<const uint8_t*>(activations), n_tokens,
+                         out, out_stride);
+}
+
 void MatMulRowsByVecDot(GgmlType weight_type, const void* weights, int64_t n,
                         int64_t row_begin, int64_t row_end,
                         const void* activations, int n_tokens, float* out,

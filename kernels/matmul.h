@@ -104,13 +104,15 @@ void MatMulRows(model::GgmlType weight_type, const void* weights, int64_t n,
                 int64_t row_begin, int64_t row_end, const void* activations,
                 int n_tokens, float* out, int64_t out_stride);
 
-// A weight matrix repacked at load for one-token products (decode), where
-// this CPU has a kernel for the packed form (AVX-512 VNNI; Q4_0, Q4_1 and
-// Q8_0 today): rows in groups of 16, each group's block headers and quants
-// laid out as 16-lane vectors (kernels/matmul_avx512.h), the size of the
-// original (Q8_0: 6% more). MatVec's results equal MatMulRows' bit for bit; it
-// just needs no shuffles, so decode streams the weights at close to memory
-// speed.
+// A weight matrix repacked at load, where this CPU has kernels for the
+// packed form (AVX-512 VNNI; Q4_0, Q4_1 and Q8_0 today): rows in groups of
+// 16, each group's block headers and quants laid out as 16-lane vectors
+// (kernels/matmul_avx512.h), the size of the original (Q8_0: 6% more).
+// MatVec's and MatMul's results equal MatMulRows' bit for bit; they just need
+// no shuffles: decode streams the weights at close to memory speed, and
+// prefill and batched decode spend their instructions on the products (each
+// block is unpacked once per two tokens, then one broadcast vpdpbusd,
+// convert and multiply-add per ggml lane covers 16 rows).
 //
 // Ownership: owns its copy of the weights. Thread-safety: immutable after
 // Pack; concurrent MatVec calls on disjoint row ranges are safe.
@@ -130,6 +132,12 @@ class PackedMatrix {
   // VecDotType(weight_type).
   void MatVec(int64_t row_begin, int64_t row_end, const void* activation,
               float* out) const;
+
+  // MatMulRows' contract (out[t * out_stride + r] for r in [row_begin,
+  // row_end), t < n_tokens) on the packed rows, row_begin a multiple of
+  // kRowGrain.
+  void MatMul(int64_t row_begin, int64_t row_end, const void* activations,
+              int n_tokens, float* out, int64_t out_stride) const;
 
   int64_t rows() const { return rows_; }
 

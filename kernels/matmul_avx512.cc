@@ -497,6 +497,149 @@ void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
   }
 }
 
+// Per token of a multi-token product on packed weights: the activation
+// row's block scales as floats and, where the format needs them, its lane
+// starts (as MatVecPackedRows computes them), so that the group loop below
+// broadcasts each from memory instead of converting it once per group.
+template <class F>
+struct PackedTokenScales {
+  const uint8_t* row;  // the token's activation row
+  float d[kMaxAvx512Blocks];
+  float s[F::kHasMin ? kMaxAvx512Blocks : 1];
+  int32_t starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks * 8 : 1];
+};
+
+template <class F>
+void PreparePackedToken(const uint8_t* act, int64_t nb,
+                        PackedTokenScales<F>* out) {
+  out->row = act;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* ab = act + b * F::kActBytes;
+    out->d[b] = LoadHalf(ab);
+    if constexpr (F::kHasMin) out->s[b] = LoadHalf(ab + 2);
+    if constexpr (F::kLaneOffset != 0) {
+      const int8_t* ys =
+          reinterpret_cast<const int8_t*>(ab + F::kActQuantOffset);
+      for (int i = 0; i < 8; ++i) {
+        out->starts[b * 8 + i] =
+            -F::kLaneOffset *
+            (ys[4 * i] + ys[4 * i + 1] + ys[4 * i + 2] + ys[4 * i + 3]);
+      }
+    }
+  }
+}
+
+// One packed group of 16 rows against T tokens: MatVecPackedRows'
+// arithmetic token by token (bit for bit its results), with each block's
+// weights unpacked once for all T tokens. T is 2 for prefill and batched
+// decode: 16 accumulators then fill half the registers, and a third token
+// would spill them. out[t]: the group's 16 outputs for token t.
+template <class F, int T>
+void PackedGroupTokens(const uint8_t* group, int64_t nb,
+                       const PackedTokenScales<F>* const scales[T],
+                       float* const out[T], __mmask16 store_mask) {
+  constexpr bool kNibbles = F::kLaneOffset != 128;  // Q4_0 / Q4_1
+  constexpr int kBlockBytes = PackedBlockBytes<F>();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[T][8];
+  __m512 summs[T];
+  for (int t = 0; t < T; ++t) {
+    summs[t] = _mm512_setzero_ps();
+    for (int i = 0; i < 8; ++i) acc[t][i] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* block = group + b * kBlockBytes;
+    const __m512i headers = _mm512_loadu_si512(block);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(headers));
+    __m512 d[T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(scales[t]->d[b]));
+    }
+    if constexpr (F::kHasMin) {
+      const __m512 mw = _mm512_cvtph_ps(
+          _mm512_cvtepi32_epi16(_mm512_srli_epi32(headers, 16)));
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        summs[t] = _mm512_add_ps(
+            summs[t], _mm512_mul_ps(mw, _mm512_set1_ps(scales[t]->s[b])));
+      }
+    }
+    // ggml lane i of every row (elements 4i..4i+3) for every token.
+    auto lane = [&](int i, __m512i w) {
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        __m512i start = _mm512_setzero_si512();
+        if constexpr (F::kLaneOffset != 0) {
+          start = _mm512_set1_epi32(scales[t]->starts[b * 8 + i]);
+        }
+        const __m512i yi = _mm512_set1_epi32(static_cast<int>(LoadU32(
+            scales[t]->row + b * F::kActBytes + F::kActQuantOffset + 4 * i)));
+        acc[t][i] = _mm512_fmadd_ps(
+            d[t], _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w, yi)),
+            acc[t][i]);
+      }
+    };
+    if constexpr (kNibbles) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i q = _mm512_loadu_si512(block + 64 + 64 * i);
+        lane(i, _mm512_and_si512(q, low4));
+        lane(i + 4, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        lane(i, _mm512_xor_si512(_mm512_loadu_si512(block + 64 + 64 * i),
+                                 _mm512_set1_epi8(static_cast<char>(0x80))));
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    _mm512_mask_storeu_ps(out[t], store_mask, SumLanes16(acc[t], summs[t]));
+  }
+}
+
+// MatMulPacked for two or more tokens: rows in chunks of about kChunkBytes
+// of packed weights, so that a chunk stays in L2 while every pair of tokens
+// passes over it.
+template <class F>
+void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
+                      int64_t row_end, const uint8_t* act, int n_tokens,
+                      float* out, int64_t out_stride) {
+  constexpr int64_t kBlockBytes = PackedBlockBytes<F>();
+  const int64_t group_bytes = nb * kBlockBytes;
+  int64_t chunk_rows = kChunkBytes / group_bytes * kPackRows;
+  if (chunk_rows < kPackRows) chunk_rows = kPackRows;
+  const int64_t act_row_bytes = nb * F::kActBytes;
+  // About 40 KB (Q8_0: 72 KB) on the stack: see Run.
+  PackedTokenScales<F> first, second;
+  const PackedTokenScales<F>* const pair[2] = {&first, &second};
+  for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
+    const int64_t c1 = c0 + chunk_rows < row_end ? c0 + chunk_rows : row_end;
+    for (int t0 = 0; t0 < n_tokens; t0 += 2) {
+      const bool two = t0 + 1 < n_tokens;
+      PreparePackedToken<F>(act + t0 * act_row_bytes, nb, &first);
+      if (two) {
+        PreparePackedToken<F>(act + (t0 + 1) * act_row_bytes, nb, &second);
+      }
+      for (int64_t g0 = c0; g0 < c1; g0 += kPackRows) {
+        const uint8_t* group = packed + g0 / kPackRows * group_bytes;
+        const int64_t count = c1 - g0 < kPackRows ? c1 - g0 : kPackRows;
+        const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+        float* const outs[2] = {out + t0 * out_stride + g0,
+                                out + (t0 + 1) * out_stride + g0};
+        if (two) {
+          PackedGroupTokens<F, 2>(group, nb, pair, outs, mask);
+        } else {
+          PackedGroupTokens<F, 1>(group, nb, pair, outs, mask);
+        }
+      }
+    }
+  }
+}
+
 template <class F>
 void PackRowsOf(const uint8_t* weights, int64_t rows, int64_t nb,
                 uint8_t* out) {
@@ -569,6 +712,32 @@ void MatVecPacked(GgmlType type, const uint8_t* packed, int64_t cols,
     case GgmlType::kQ8_0:
       MatVecPackedRows<Q8_0Format>(packed, cols / 32, row_begin, row_end,
                                    activation, out);
+      return;
+    default:
+      return;
+  }
+}
+
+void MatMulPacked(GgmlType type, const uint8_t* packed, int64_t cols,
+                  int64_t row_begin, int64_t row_end,
+                  const uint8_t* activations, int n_tokens, float* out,
+                  int64_t out_stride) {
+  if (n_tokens == 1) {
+    MatVecPacked(type, packed, cols, row_begin, row_end, activations, out);
+    return;
+  }
+  switch (type) {
+    case GgmlType::kQ4_0:
+      MatMulPackedRows<Q4_0Format>(packed, cols / 32, row_begin, row_end,
+                                   activations, n_tokens, out, out_stride);
+      return;
+    case GgmlType::kQ4_1:
+      MatMulPackedRows<Q4_1Format>(packed, cols / 32, row_begin, row_end,
+                                   activations, n_tokens, out, out_stride);
+      return;
+    case GgmlType::kQ8_0:
+      MatMulPackedRows<Q8_0Format>(packed, cols / 32, row_begin, row_end,
+                                   activations, n_tokens, out, out_stride);
       return;
     default:
       return;

@@ -57,6 +57,16 @@ void MatVecPacked(model::GgmlType type, const uint8_t* packed, int64_t cols,
                   int64_t row_begin, int64_t row_end, const uint8_t* activation,
                   float* out);
 
+// out[t * out_stride + r] for r in [row_begin, row_end) (as MatVecPacked)
+// and t < n_tokens, activation rows contiguous: each token's outputs bit
+// for bit MatVecPacked's. Prefill and batched decode: the weights of a
+// block are unpacked once for two tokens, which then take one broadcast
+// vpdpbusd, convert and multiply-add per ggml lane and 16 rows.
+void MatMulPacked(model::GgmlType type, const uint8_t* packed, int64_t cols,
+                  int64_t row_begin, int64_t row_end,
+                  const uint8_t* activations, int n_tokens, float* out,
+                  int64_t out_stride);
+
 // QuantizeActivations to Q8_0 (with_sum false) or Q8_1 (true), n a
 // multiple of 32: the same bytes as the portable quantizer (amax by vector
 // max, the same scalar scale arithmetic, round-half-even conversion).

@@ -1075,6 +1075,59 @@ TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
   EXPECT_EQ(PackedMatrix::Pack(GgmlType::kQ4_1, nullptr, 4, 16416), nullptr);
 }
 
+// Several tokens against packed weights (prefill, batched decode) give the
+// reference's bits for every (row, token), with an odd token count (a last
+// token without a partner), partial groups, ranges starting at any group,
+// and, for the 300-row matrices of long rows, more than one L2 chunk.
+TEST(PackedMatrixTest, MatMulEqualsTheScalarReferenceBitwise) {
+  std::mt19937 rng(37);
+  for (const GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    for (const auto& [rows, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {45, 32}, {45, 544}, {300, 1536}}) {
+      SCOPED_TRACE(absl::StrCat(Name(type), " rows=", rows, " n=", n));
+      const RandomWeights w = MakeRandomWeights(type, rows, n, rng);
+      const std::unique_ptr<PackedMatrix> packed =
+          PackedMatrix::Pack(type, w.bytes.data(), rows, n);
+      if (packed == nullptr) GTEST_SKIP() << "no packed kernel on this CPU";
+      const GgmlType act_type = *VecDotType(type);
+      const int64_t act_bytes = ActivationRowBytes(act_type, n);
+      const int64_t row_bytes =
+          static_cast<int64_t>(*model::GgmlTypeBytes(type, n));
+      for (const int tokens : {2, 5}) {
+        std::vector<uint8_t> a(act_bytes * tokens);
+        for (int t = 0; t < tokens; ++t) {
+          const std::vector<float> x = MakeRandomActivations(n, rng);
+          QuantizeActivations(act_type, x.data(), n, a.data() + t * act_bytes);
+        }
+        const int64_t stride = rows + 3;
+        for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+                 {0, rows}, {16, rows}, {32, 33}, {0, 16}}) {
+          std::vector<float> out(stride * tokens, -7.0f);
+          packed->MatMul(begin, end, a.data(), tokens, out.data(), stride);
+          for (int t = 0; t < tokens; ++t) {
+            for (int64_t r = 0; r < stride; ++r) {
+              const float got = out[t * stride + r];
+              if (r < begin || r >= end) {
+                ASSERT_EQ(got, -7.0f)
+                    << "wrote outside the range: t=" << t << " r=" << r;
+                continue;
+              }
+              const float want =
+                  VecDotReference(type, w.bytes.data() + r * row_bytes,
+                                  a.data() + t * act_bytes, n);
+              ASSERT_EQ(std::bit_cast<uint32_t>(got),
+                        std::bit_cast<uint32_t>(want))
+                  << tokens << " tokens, [" << begin << ", " << end
+                  << ") t=" << t << " r=" << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MatMulRowsTest, ThreadsOnDisjointRowRangesMatchOneCall) {
   std::mt19937 rng(5);
   const int64_t n = 256, rows = 101;

@@ -31,8 +31,6 @@ int Run() {
   options.worker_id = rpc::WorkerIdFromFlags(v1::WORKER_ROLE_PREFILL);
   SetLogTag(options.worker_id);
   options.runner = engine::EngineOptionsFromFlags().runner;
-  // Prompts, not single-token steps: no decode copy of the weights.
-  options.runner.pack_weights_for_decode = false;
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   absl::StatusOr<kv_transfer::KvTransportConfig> transport =
       rpc::KvTransportFromFlags(options.worker_id);
