@@ -284,6 +284,79 @@ void CpuBackend::StoreKv(const ForwardBatch& batch, int layer, int64_t begin,
   }
 }
 
+void CpuBackend::WidenContexts(const ForwardBatch& batch, int layer) {
+  const int d = config_.head_dim;
+  const int kv_heads = config_.num_kv_heads;
+  const int32_t bs = pool_->layout().block_size_tokens();
+  widened_chunks_.assign(batch.chunks.size(), {});
+  int64_t total = 0;
+  for (size_t ci = 0; ci < batch.chunks.size(); ++ci) {
+    const SequenceChunk& c = batch.chunks[ci];
+    // One token's query heads would not repay widening its context.
+    if (c.tokens.size() < 2) continue;
+    WidenedContext& w = widened_chunks_[ci];
+    w.offset = total;
+    w.length = c.start_pos + static_cast<int64_t>(c.tokens.size());
+    w.stride = (w.length + 15) / 16 * 16;
+    total += int64_t{2} * kv_heads * d * w.stride;
+  }
+  if (total == 0) return;
+  // Key blocks read whole cache lines: 64-byte aligned.
+  widened_.resize(total + 16);
+  widened_base_ =
+      widened_.data() +
+      (16 - reinterpret_cast<uintptr_t>(widened_.data()) / 4 % 16) % 16;
+  // Positions of all such chunks laid end to end, split among the threads.
+  std::vector<std::pair<int64_t, size_t>> starts;  // (first item, chunk)
+  int64_t items = 0;
+  for (size_t ci = 0; ci < batch.chunks.size(); ++ci) {
+    if (widened_chunks_[ci].offset < 0) continue;
+    starts.push_back({items, ci});
+    items += widened_chunks_[ci].length;
+  }
+  threads_.ParallelFor(items, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<uint16_t> row16;
+    row16.resize(d);
+    auto part =
+        std::upper_bound(starts.begin(), starts.end(), begin,
+                         [](int64_t v, const auto& s) { return v < s.first; }) -
+        1;
+    for (int64_t item = begin; item < end; ++item) {
+      while (part + 1 != starts.end() && (part + 1)->first <= item) ++part;
+      const size_t ci = part->second;
+      const SequenceChunk& c = batch.chunks[ci];
+      const WidenedContext& w = widened_chunks_[ci];
+      const int64_t j = item - part->first;
+      const BlockId block = c.block_table[j / bs];
+      for (const KvHalf half : {KvHalf::kKey, KvHalf::kValue}) {
+        const uint8_t* slot = pool_->Slot(layer, block, half, j % bs);
+        for (int kvh = 0; kvh < kv_heads; ++kvh) {
+          const uint16_t* h16;
+          if (fp8_kv_) {
+            kernels::Fp8E4M3ToFp16Row(slot + int64_t{kvh} * d, d, row16.data());
+            h16 = row16.data();
+          } else {
+            h16 = reinterpret_cast<const uint16_t*>(slot) + kvh * d;
+          }
+          // Key blocks and slot-major values (kernels/ggml_ops.h).
+          float* head =
+              widened_base_ + w.offset +
+              (int64_t{2} * kvh + (half == KvHalf::kValue)) * d * w.stride;
+          if (half == KvHalf::kValue) {
+            kernels::Fp16ToFp32Row(
+                h16, d, head + ((j % 16) * (w.stride / 16) + j / 16) * d);
+          } else {
+            float* column = head + j / 16 * 16 * d + j % 16;
+            for (int e = 0; e < d; ++e) {
+              column[e * 16] = kernels::Fp16ToFp32(h16[e]);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
   const int heads = config_.num_heads;
   const int group = config_.num_heads / config_.num_kv_heads;
@@ -298,6 +371,7 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
   // that share the KV head reuse its gathered (and, for fp8, widened) rows.
   // Every (token, head) is computed the same way whichever thread takes it.
   const int kv_heads = config_.num_kv_heads;
+  WidenContexts(batch, layer);
   threads_.ParallelFor(int64_t{n_tokens} * kv_heads, [&](int64_t begin,
                                                          int64_t end) {
     thread_local std::vector<float> scores;
@@ -309,7 +383,9 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
     // An fp8 cache's rows of this (token, KV head), widened to fp16 (exact),
     // so that the f16 products below run unchanged.
     thread_local std::vector<uint16_t> widened;
+    thread_local std::vector<float> qf;
     q16.resize(d);
+    qf.resize(int64_t{group} * d);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t slot = item / kv_heads;
       const int t =
@@ -329,50 +405,82 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       // -inf; softmax works in chunks of 16, so padding to 16 is enough
       // for the same sums.
       const int32_t n_pad = (n_ctx + 15) / 16 * 16;
-      scores.resize(n_pad);
-      probs.resize(n_pad);
+      scores.resize(int64_t{group} * n_pad);
+      probs.resize(int64_t{group} * n_pad);
       p16.resize(n_pad);
-      krows.resize(n_ctx);
-      vrows.resize(n_ctx);
-      if (fp8_kv_) widened.resize(int64_t{2} * n_ctx * d);
-      for (int32_t j = 0; j < n_ctx; ++j) {
-        const BlockId block = c.block_table[j / bs];
-        const uint8_t* key = pool_->Slot(layer, block, KvHalf::kKey, j % bs);
-        const uint8_t* value =
-            pool_->Slot(layer, block, KvHalf::kValue, j % bs);
-        if (fp8_kv_) {
-          uint16_t* k16 = widened.data() + int64_t{2 * j} * d;
-          uint16_t* v16 = k16 + d;
-          kernels::Fp8E4M3ToFp16Row(key + int64_t{kvh} * d, d, k16);
-          kernels::Fp8E4M3ToFp16Row(value + int64_t{kvh} * d, d, v16);
-          krows[j] = k16;
-          vrows[j] = v16;
-        } else {
-          krows[j] = reinterpret_cast<const uint16_t*>(key) + kvh * d;
-          vrows[j] = reinterpret_cast<const uint16_t*>(value) + kvh * d;
+      const WidenedContext& wide = widened_chunks_[tokens_[t].chunk];
+      const float* wide_keys = nullptr;  // the widened context, if any
+      const float* wide_values = nullptr;
+      if (wide.offset >= 0) {
+        wide_keys =
+            widened_base_ + wide.offset + int64_t{2} * kvh * d * wide.stride;
+        wide_values = wide_keys + int64_t{d} * wide.stride;
+      } else {
+        krows.resize(n_ctx);
+        vrows.resize(n_ctx);
+        if (fp8_kv_) widened.resize(int64_t{2} * n_ctx * d);
+        for (int32_t j = 0; j < n_ctx; ++j) {
+          const BlockId block = c.block_table[j / bs];
+          const uint8_t* key = pool_->Slot(layer, block, KvHalf::kKey, j % bs);
+          const uint8_t* value =
+              pool_->Slot(layer, block, KvHalf::kValue, j % bs);
+          if (fp8_kv_) {
+            uint16_t* k16 = widened.data() + int64_t{2 * j} * d;
+            uint16_t* v16 = k16 + d;
+            kernels::Fp8E4M3ToFp16Row(key + int64_t{kvh} * d, d, k16);
+            kernels::Fp8E4M3ToFp16Row(value + int64_t{kvh} * d, d, v16);
+            krows[j] = k16;
+            vrows[j] = v16;
+          } else {
+            krows[j] = reinterpret_cast<const uint16_t*>(key) + kvh * d;
+            vrows[j] = reinterpret_cast<const uint16_t*>(value) + kvh * d;
+          }
         }
       }
-      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        kernels::Fp32ToFp16Row(q_.data() + (int64_t{t} * heads + h) * d, d,
-                               q16.data());
-        kernels::DotF16Many(order, d, krows.data(), n_ctx, q16.data(), scale,
-                            scores.data());
+      // The group's query heads, rounded to fp16 as llama.cpp rounds them
+      // for the f16 product; their scores, then probabilities, one row of
+      // n_pad per head.
+      float* heads_out = attn_.data() + (int64_t{t} * heads + kvh * group) * d;
+      const float* heads_q = q_.data() + (int64_t{t} * heads + kvh * group) * d;
+      for (int g = 0; g < group; ++g) {
+        kernels::Fp32ToFp16Row(heads_q + int64_t{g} * d, d, q16.data());
+        if (wide_keys != nullptr) {
+          kernels::Fp16ToFp32Row(q16.data(), d, qf.data() + int64_t{g} * d);
+        } else {
+          kernels::DotF16Many(order, d, krows.data(), n_ctx, q16.data(), scale,
+                              scores.data() + int64_t{g} * n_pad);
+        }
+      }
+      if (wide_keys != nullptr) {
+        kernels::DotF16ManyTransposed(order, d, wide_keys, n_ctx, group,
+                                      qf.data(), d, scale, scores.data(),
+                                      n_pad);
+      }
+      for (int g = 0; g < group; ++g) {
+        float* sc = scores.data() + int64_t{g} * n_pad;
+        float* pr = probs.data() + int64_t{g} * n_pad;
         float max_score = -std::numeric_limits<float>::infinity();
         for (int32_t j = 0; j < n_ctx; ++j) {
-          max_score = std::max(max_score, scores[j]);
+          max_score = std::max(max_score, sc[j]);
         }
         for (int32_t j = n_ctx; j < n_pad; ++j) {
-          scores[j] = -std::numeric_limits<float>::infinity();
+          sc[j] = -std::numeric_limits<float>::infinity();
         }
-        const double denom =
-            kernels::SoftMaxGgml(n_pad, scores.data(), max_score, probs.data());
+        const double denom = kernels::SoftMaxGgml(n_pad, sc, max_score, pr);
         const float inv = static_cast<float>(1.0 / denom);
         // Rounded through fp16, as ggml rounds them for the f16 product.
-        for (int32_t j = 0; j < n_ctx; ++j) probs[j] *= inv;
-        kernels::Fp32ToFp16Row(probs.data(), n_ctx, p16.data());
-        kernels::Fp16ToFp32Row(p16.data(), n_ctx, probs.data());
-        kernels::WeightedRowSumF16(order, n_ctx, probs.data(), vrows.data(), d,
-                                   attn_.data() + (int64_t{t} * heads + h) * d);
+        for (int32_t j = 0; j < n_ctx; ++j) pr[j] *= inv;
+        kernels::Fp32ToFp16Row(pr, n_ctx, p16.data());
+        kernels::Fp16ToFp32Row(p16.data(), n_ctx, pr);
+        if (wide_values == nullptr) {
+          kernels::WeightedRowSumF16(order, n_ctx, pr, vrows.data(), d,
+                                     heads_out + int64_t{g} * d);
+        }
+      }
+      if (wide_values != nullptr) {
+        kernels::WeightedRowSumWidened(order, n_ctx, group, probs.data(), n_pad,
+                                       wide_values, wide.stride / 16, d,
+                                       heads_out, d);
       }
     }
   });

@@ -135,6 +135,8 @@ class CpuBackend : public ForwardBackend {
   // norm is null): the end of one block and the start of the next.
   void AddResidualAndNorm(const std::vector<float>* norm, int n_tokens);
   void Attention(const ForwardBatch& batch, int layer, int n_tokens);
+  // Fills widened_chunks_ and widened_ for this layer.
+  void WidenContexts(const ForwardBatch& batch, int layer);
 
   const model::ModelConfig& config_;
   const model::ModelWeights& weights_;
@@ -154,7 +156,19 @@ class CpuBackend : public ForwardBackend {
   std::vector<TokenRef> tokens_;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, proj_;
   std::vector<float> rope_cos_, rope_sin_;  // [n_tokens][rope_dims / 2]
-  std::vector<float> attn_scratch_;         // per thread: scores
+  // The contexts of this layer's multi-token chunks (prompts), widened to
+  // fp32 once for all their queries (kernels::DotF16ManyTransposed): per
+  // chunk, per KV head, stride * head_dim floats of key blocks, then as many
+  // of slot-major values (stride / 16 rows per slot); stride = context
+  // rounded up to 16. widened_base_: widened_'s first 64-byte boundary.
+  struct WidenedContext {
+    int64_t offset = -1;  // into widened_; -1: the chunk reads the cache
+    int64_t length = 0;   // positions [0, length)
+    int64_t stride = 0;
+  };
+  std::vector<WidenedContext> widened_chunks_;
+  std::vector<float> widened_;
+  float* widened_base_ = nullptr;
   QuantizedRows qrows_a_, qrows_b_;
 };
 

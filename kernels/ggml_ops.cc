@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -144,6 +145,138 @@ PD_AVX512 void DotF16ManyAvx512(bool vec_dot, int64_t n,
   }
 }
 
+// DotF16ManyTransposed, 16 keys at a time, for head sizes of C * 16 (C a
+// compile-time constant, so that every loop below unrolls and the partial
+// sums live in registers): ggml's lane l of the 16 keys' sums fills one
+// register, built by the same fused multiply-adds in the same order as one
+// key's lane l; the reduction over lanes is then the same tree of additions,
+// done for 16 keys at once, with no shuffles.
+//
+// tinyBLAS: NQ queries at once, each key vector loaded once for NQ
+// multiply-adds; lanes l and l + 8 are added as soon as both are done (the
+// tree's first level), so 8 * NQ registers hold a block's partial sums.
+template <int NQ, int C>
+PD_AVX512 void TransposedScoresTinyBlas(const float* key_blocks, int64_t count,
+                                        const float* q, int64_t q_stride,
+                                        float scale, float* out,
+                                        int64_t out_stride) {
+  const __m512 scale16 = _mm512_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < count; j0 += kLanes) {
+    const float* k = key_blocks + j0 * C * kLanes;  // block j0 / 16
+    __m512 level1[NQ][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      __m512 low[NQ];
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        const int l = i + 8 * half;
+        __m512 acc[NQ];
+#pragma GCC unroll 3
+        for (int h = 0; h < NQ; ++h) acc[h] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+          const int e = c * kLanes + l;
+          const __m512 kv = _mm512_loadu_ps(k + e * kLanes);
+#pragma GCC unroll 3
+          for (int h = 0; h < NQ; ++h) {
+            acc[h] = _mm512_fmadd_ps(kv, _mm512_set1_ps(q[h * q_stride + e]),
+                                     acc[h]);
+          }
+        }
+#pragma GCC unroll 3
+        for (int h = 0; h < NQ; ++h) {
+          if (half == 0) {
+            low[h] = acc[h];
+          } else {
+            level1[h][i] = _mm512_add_ps(acc[h], low[h]);
+          }
+        }
+      }
+    }
+    const int64_t left = count - j0;
+    const __mmask16 mask = left >= kLanes
+                               ? static_cast<__mmask16>(0xFFFF)
+                               : static_cast<__mmask16>((1u << left) - 1);
+#pragma GCC unroll 3
+    for (int h = 0; h < NQ; ++h) {
+      __m512* v = level1[h];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) v[i] = _mm512_add_ps(v[i + 4], v[i]);
+      const __m512 sums =
+          _mm512_add_ps(_mm512_add_ps(v[0], v[2]), _mm512_add_ps(v[1], v[3]));
+      _mm512_mask_storeu_ps(out + h * out_stride + j0, mask,
+                            _mm512_mul_ps(sums, scale16));
+    }
+  }
+}
+
+// vec_dot (C a multiple of 4): one query at a time; accumulator (e / 16) % 4
+// over chunks of 64, then (0 + 2) + (1 + 3), per lane.
+template <int C>
+PD_AVX512 void TransposedScoresVecDot(const float* key_blocks, int64_t count,
+                                      const float* q, float scale, float* out) {
+  const __m512 scale16 = _mm512_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < count; j0 += kLanes) {
+    const float* k = key_blocks + j0 * C * kLanes;  // block j0 / 16
+    __m512 lane[kLanes];
+#pragma GCC unroll 16
+    for (int l = 0; l < kLanes; ++l) {
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps(), _mm512_setzero_ps()};
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        const int e = c * kLanes + l;
+        acc[c % 4] = _mm512_fmadd_ps(_mm512_loadu_ps(k + e * kLanes),
+                                     _mm512_set1_ps(q[e]), acc[c % 4]);
+      }
+      lane[l] = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]),
+                              _mm512_add_ps(acc[1], acc[3]));
+    }
+    // ReduceAdd16's tree, lane by lane.
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) lane[i] = _mm512_add_ps(lane[i + 8], lane[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) lane[i] = _mm512_add_ps(lane[i + 4], lane[i]);
+    const __m512 sums = _mm512_add_ps(_mm512_add_ps(lane[0], lane[2]),
+                                      _mm512_add_ps(lane[1], lane[3]));
+    const int64_t left = count - j0;
+    const __mmask16 mask = left >= kLanes
+                               ? static_cast<__mmask16>(0xFFFF)
+                               : static_cast<__mmask16>((1u << left) - 1);
+    _mm512_mask_storeu_ps(out + j0, mask, _mm512_mul_ps(sums, scale16));
+  }
+}
+
+// The kernels above for one head size: up to three queries per call.
+template <int C>
+PD_AVX512 void TransposedScores(bool vec_dot, const float* key_blocks,
+                                int64_t count, int nq, const float* q,
+                                int64_t q_stride, float scale, float* out,
+                                int64_t out_stride) {
+  for (int h = 0; h < nq;) {
+    const float* qh = q + h * q_stride;
+    float* oh = out + h * out_stride;
+    if (vec_dot) {
+      if constexpr (C % 4 == 0) {
+        TransposedScoresVecDot<C>(key_blocks, count, qh, scale, oh);
+      }
+      h += 1;
+    } else if (nq - h >= 3) {
+      TransposedScoresTinyBlas<3, C>(key_blocks, count, qh, q_stride, scale, oh,
+                                     out_stride);
+      h += 3;
+    } else if (nq - h == 2) {
+      TransposedScoresTinyBlas<2, C>(key_blocks, count, qh, q_stride, scale, oh,
+                                     out_stride);
+      h += 2;
+    } else {
+      TransposedScoresTinyBlas<1, C>(key_blocks, count, qh, q_stride, scale, oh,
+                                     out_stride);
+      h += 1;
+    }
+  }
+}
+
 // ExpGgml on sixteen lanes.
 PD_AVX512 inline __m512 ExpGgml16(__m512 x) {
   const __m512 r = _mm512_set1_ps(0x1.8p23f);
@@ -204,15 +337,38 @@ std::vector<float>& Scratch() {
   return scratch;
 }
 
+// The value rows of a weighted row sum: fp16 rows by pointer (widened as
+// they are read), or fp32 rows that hold fp16 values widened beforehand
+// (the same floats, without a conversion per read).
+struct HalfRows {
+  const uint16_t* const* rows;
+  float At(int64_t j, int i) const { return HalfTable()[rows[j][i]]; }
+  PD_AVX512 __m512 Load16(int64_t j, int c) const {
+    return LoadHalves16(rows[j] + c * kLanes);
+  }
+};
+
+struct FloatRows {
+  const float* base;
+  int d;
+  int64_t rows_per_slot;  // see WeightedRowSumWidened
+  int64_t Row(int64_t j) const {
+    return (j % kLanes) * rows_per_slot + j / kLanes;
+  }
+  float At(int64_t j, int i) const { return base[Row(j) * d + i]; }
+  PD_AVX512 __m512 Load16(int64_t j, int c) const {
+    return _mm512_loadu_ps(base + Row(j) * d + c * kLanes);
+  }
+};
+
 // Portable form: acc[(j / 16) % slots][j % 16][i] += p[j] * rows[j][i].
-void AccumulateScalar(int slots, int64_t n, const float* p,
-                      const uint16_t* const* rows, int d, float* acc) {
-  const float* half = HalfTable();
+template <class Rows>
+void AccumulateScalar(int slots, int64_t n, const float* p, const Rows& rows,
+                      int d, float* acc) {
   for (int64_t j = 0; j < n; ++j) {
     const float pj = p[j];
-    const uint16_t* row = rows[j];
     float* a = acc + (((j / kLanes) % slots) * kLanes + j % kLanes) * d;
-    for (int i = 0; i < d; ++i) a[i] = std::fma(pj, half[row[i]], a[i]);
+    for (int i = 0; i < d; ++i) a[i] = std::fma(pj, rows.At(j, i), a[i]);
   }
 }
 
@@ -221,9 +377,9 @@ void AccumulateScalar(int slots, int64_t n, const float* p,
 // of a slot, ascending), so the result is the scalar one bit for bit. Slot
 // by slot, so that a slot's sums stay in registers while its positions
 // (every 16 * slots-th one) go by.
-__attribute__((target("avx512f,f16c,fma"))) void AccumulateAvx512(
-    int slots, int64_t n, const float* p, const uint16_t* const* rows, int d,
-    float* acc) {
+template <class Rows>
+PD_AVX512 void AccumulateAvx512(int slots, int64_t n, const float* p,
+                                const Rows& rows, int d, float* acc) {
   const int stride = kLanes * slots;
   const int chunks = d / kLanes;
   for (int slot = 0; slot < stride && slot < n; ++slot) {
@@ -231,13 +387,8 @@ __attribute__((target("avx512f,f16c,fma"))) void AccumulateAvx512(
     for (int c = 0; c < chunks; ++c) sums[c] = _mm512_setzero_ps();
     for (int64_t j = slot; j < n; j += stride) {
       const __m512 pj = _mm512_set1_ps(p[j]);
-      const uint16_t* row = rows[j];
       for (int c = 0; c < chunks; ++c) {
-        // maskz: the plain form trips GCC 12's -Wmaybe-uninitialized.
-        const __m512 v = _mm512_maskz_cvtph_ps(
-            0xFFFF, _mm256_loadu_si256(
-                        reinterpret_cast<const __m256i*>(row + c * kLanes)));
-        sums[c] = _mm512_fmadd_ps(pj, v, sums[c]);
+        sums[c] = _mm512_fmadd_ps(pj, rows.Load16(j, c), sums[c]);
       }
     }
     // Slot (j / 16) % slots, lane j % 16 of the scalar layout.
@@ -272,9 +423,79 @@ __attribute__((target("avx512f,avx512dq,f16c,fma"))) void FinishAvx512(
   }
 }
 
+// AccumulateAvx512 for NQ probability rows (p + h * p_stride) over the same
+// value rows at once, into acc + h * acc_stride, for d = C * 16 (a constant,
+// so that the sums stay in registers; NQ * C <= 24): each value vector is
+// loaded once for NQ multiply-adds. Every sum gets the single-row form's
+// operations in its order.
+template <int NQ, int C, class Rows>
+PD_AVX512 void AccumulateRowsAvx512(int slots, int64_t n, const float* p,
+                                    int64_t p_stride, const Rows& rows,
+                                    float* acc, int64_t acc_stride) {
+  constexpr int d = C * kLanes;
+  const int stride = kLanes * slots;
+  for (int slot = 0; slot < stride && slot < n; ++slot) {
+    __m512 sums[NQ][C];
+#pragma GCC unroll 3
+    for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) sums[h][c] = _mm512_setzero_ps();
+    }
+    for (int64_t j = slot; j < n; j += stride) {
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        const __m512 v = rows.Load16(j, c);
+#pragma GCC unroll 3
+        for (int h = 0; h < NQ; ++h) {
+          sums[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[h * p_stride + j]), v,
+                                       sums[h][c]);
+        }
+      }
+    }
+    const int64_t at = ((slot / kLanes) * kLanes + slot % kLanes) * d;
+#pragma GCC unroll 3
+    for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        _mm512_storeu_ps(acc + h * acc_stride + at + c * kLanes, sums[h][c]);
+      }
+    }
+  }
+}
+
+// WeightedRowSumWidened's sums for d = C * 16, NQ rows at a time.
+template <int C>
+void AccumulateWidened(int slots, int64_t n, int nq, const float* p,
+                       int64_t p_stride, const FloatRows& rows, float* out,
+                       int64_t out_stride) {
+  constexpr int kMost = 24 / C < 3 ? 24 / C : 3;
+  const int64_t acc_stride = int64_t{slots} * kLanes * C * kLanes;
+  std::vector<float>& acc = Scratch();
+  for (int h0 = 0; h0 < nq;) {
+    const int take = std::min(nq - h0, kMost);
+    acc.assign(take * acc_stride, 0.0f);
+    const float* ph = p + h0 * p_stride;
+    if (take == 3) {
+      AccumulateRowsAvx512<(kMost >= 3 ? 3 : 1), C>(
+          slots, n, ph, p_stride, rows, acc.data(), acc_stride);
+    } else if (take == 2) {
+      AccumulateRowsAvx512<(kMost >= 2 ? 2 : 1), C>(
+          slots, n, ph, p_stride, rows, acc.data(), acc_stride);
+    } else {
+      AccumulateRowsAvx512<1, C>(slots, n, ph, p_stride, rows, acc.data(),
+                                 acc_stride);
+    }
+    for (int h = 0; h < take; ++h) {
+      FinishAvx512(slots, acc.data() + h * acc_stride, C * kLanes,
+                   out + (h0 + h) * out_stride);
+    }
+    h0 += take;
+  }
+}
+
+template <class Rows>
 void WeightedRowSum(F16DotOrder order, int64_t n, const float* p,
-                    const uint16_t* const* rows, int d, float* out,
-                    bool avx512) {
+                    const Rows& rows, int d, float* out, bool avx512) {
   const int slots = order == F16DotOrder::kVecDot ? 4 : 1;
   std::vector<float>& acc = Scratch();
   acc.assign(static_cast<size_t>(slots) * kLanes * d, 0.0f);
@@ -400,13 +621,103 @@ void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
 
 void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
                        const uint16_t* const* rows, int d, float* out) {
-  WeightedRowSum(order, n, p, rows, d, out,
+  WeightedRowSum(order, n, p, HalfRows{rows}, d, out,
                  d % kLanes == 0 && d <= 16 * kLanes && HaveAvx512());
 }
 
 void WeightedRowSumF16Portable(F16DotOrder order, int64_t n, const float* p,
                                const uint16_t* const* rows, int d, float* out) {
-  WeightedRowSum(order, n, p, rows, d, out, /*avx512=*/false);
+  WeightedRowSum(order, n, p, HalfRows{rows}, d, out, /*avx512=*/false);
+}
+
+void WeightedRowSumWidened(F16DotOrder order, int64_t n, int nq, const float* p,
+                           int64_t p_stride, const float* values,
+                           int64_t rows_per_slot, int d, float* out,
+                           int64_t out_stride) {
+  const FloatRows rows{values, d, rows_per_slot};
+  const int slots = order == F16DotOrder::kVecDot ? 4 : 1;
+  if (HaveAvx512() && d % kLanes == 0) {
+    switch (d / kLanes) {
+      case 4:
+        AccumulateWidened<4>(slots, n, nq, p, p_stride, rows, out, out_stride);
+        return;
+      case 5:
+        AccumulateWidened<5>(slots, n, nq, p, p_stride, rows, out, out_stride);
+        return;
+      case 6:
+        AccumulateWidened<6>(slots, n, nq, p, p_stride, rows, out, out_stride);
+        return;
+      case 8:
+        AccumulateWidened<8>(slots, n, nq, p, p_stride, rows, out, out_stride);
+        return;
+      default:
+        break;
+    }
+  }
+  for (int h = 0; h < nq; ++h) {
+    WeightedRowSum(order, n, p + h * p_stride, rows, d, out + h * out_stride,
+                   d % kLanes == 0 && d <= 16 * kLanes && HaveAvx512());
+  }
+}
+
+void WeightedRowSumWidenedPortable(F16DotOrder order, int64_t n, int nq,
+                                   const float* p, int64_t p_stride,
+                                   const float* values, int64_t rows_per_slot,
+                                   int d, float* out, int64_t out_stride) {
+  for (int h = 0; h < nq; ++h) {
+    WeightedRowSum(order, n, p + h * p_stride,
+                   FloatRows{values, d, rows_per_slot}, d, out + h * out_stride,
+                   /*avx512=*/false);
+  }
+}
+
+void DotF16ManyTransposed(F16DotOrder order, int d, const float* key_blocks,
+                          int64_t count, int nq, const float* q,
+                          int64_t q_stride, float scale, float* out,
+                          int64_t out_stride) {
+  const bool vec_dot = order == F16DotOrder::kVecDot;
+  if (HaveAvx512()) {
+    switch (vec_dot ? d / 16 * (d % 64 == 0) : d / 16 * (d % 16 == 0)) {
+      case 4:  // head size 64
+        TransposedScores<4>(vec_dot, key_blocks, count, nq, q, q_stride, scale,
+                            out, out_stride);
+        return;
+      case 5:  // 80
+        TransposedScores<5>(vec_dot, key_blocks, count, nq, q, q_stride, scale,
+                            out, out_stride);
+        return;
+      case 6:  // 96
+        TransposedScores<6>(vec_dot, key_blocks, count, nq, q, q_stride, scale,
+                            out, out_stride);
+        return;
+      case 8:  // 128
+        TransposedScores<8>(vec_dot, key_blocks, count, nq, q, q_stride, scale,
+                            out, out_stride);
+        return;
+      default:
+        break;
+    }
+  }
+  DotF16ManyTransposedPortable(order, d, key_blocks, count, nq, q, q_stride,
+                               scale, out, out_stride);
+}
+
+void DotF16ManyTransposedPortable(F16DotOrder order, int d,
+                                  const float* key_blocks, int64_t count,
+                                  int nq, const float* q, int64_t q_stride,
+                                  float scale, float* out, int64_t out_stride) {
+  // The values are fp16 ones: narrowing them back is exact, and DotF16 is
+  // the definition.
+  std::vector<uint16_t> key(d), query(d);
+  for (int h = 0; h < nq; ++h) {
+    Fp32ToFp16Row(q + h * q_stride, d, query.data());
+    for (int64_t j = 0; j < count; ++j) {
+      const float* block = key_blocks + j / kLanes * kLanes * d + j % kLanes;
+      for (int e = 0; e < d; ++e) key[e] = Fp32ToFp16(block[e * kLanes]);
+      out[h * out_stride + j] =
+          DotF16(order, d, key.data(), query.data()) * scale;
+    }
+  }
 }
 
 float ExpGgml(float x) {

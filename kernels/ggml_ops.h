@@ -61,6 +61,38 @@ void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
 void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
                        const uint16_t* const* rows, int d, float* out);
 
+// Attention over a context shared by many queries (a prompt's tokens and
+// the query heads of a KV head), on K and V widened to fp32 once per layer
+// instead of once per query: the same floats as DotF16Many and
+// WeightedRowSumF16 on the fp16 rows they were widened from, bit for bit.
+//
+// Layouts, with 16 = the AVX-512 float lanes:
+//  - key blocks: keys in blocks of 16, each block [d][16] (element e of key
+//    j at key_blocks[(j / 16) * 16 * d + e * 16 + j % 16]), so that 16 keys'
+//    sums fill one register and a block is read front to back; the last
+//    block is padded (its extra keys are read and their scores dropped);
+//  - slot-major values: row j at values + ((j % 16) * rows_per_slot +
+//    j / 16) * d, rows_per_slot >= ceil(n / 16), so that the rows one
+//    tinyBLAS lane slot sums (every 16th) are contiguous.
+// All values must be fp16 values widened.
+//
+// DotF16ManyTransposed: for each of nq queries h (q + h * q_stride, the
+// fp16 query widened) and j < count, out[h * out_stride + j] =
+// DotF16(order, d, key j, query h) * scale. Queries that share keys (the
+// query heads of a KV head) are best passed together: each key vector is
+// then loaded once for all of them.
+void DotF16ManyTransposed(F16DotOrder order, int d, const float* key_blocks,
+                          int64_t count, int nq, const float* q,
+                          int64_t q_stride, float scale, float* out,
+                          int64_t out_stride);
+
+// WeightedRowSumF16 for nq probability rows (p + h * p_stride) over the same
+// n slot-major value rows, into out + h * out_stride.
+void WeightedRowSumWidened(F16DotOrder order, int64_t n, int nq, const float* p,
+                           int64_t p_stride, const float* values,
+                           int64_t rows_per_slot, int d, float* out,
+                           int64_t out_stride);
+
 // One lane of ggml_v_expf (AVX-512): a degree-5 polynomial on the reduced
 // argument scaled by 2^n; 0 or +inf once |n| > 192.
 float ExpGgml(float x);
@@ -86,6 +118,14 @@ double SoftMaxGgmlPortable(int64_t n, const float* x, float max, float* y);
 void WeightedRowSumF16Portable(F16DotOrder order, int64_t n, const float* p,
                                const uint16_t* const* rows, int d, float* out);
 void SwiGluGgmlPortable(int64_t n, const float* g, const float* u, float* out);
+void DotF16ManyTransposedPortable(F16DotOrder order, int d,
+                                  const float* key_blocks, int64_t count,
+                                  int nq, const float* q, int64_t q_stride,
+                                  float scale, float* out, int64_t out_stride);
+void WeightedRowSumWidenedPortable(F16DotOrder order, int64_t n, int nq,
+                                   const float* p, int64_t p_stride,
+                                   const float* values, int64_t rows_per_slot,
+                                   int d, float* out, int64_t out_stride);
 
 // The rotation of one pair in ggml's rope: GCC fuses the first product of
 // each expression into a fused multiply-add.

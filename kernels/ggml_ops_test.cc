@@ -196,7 +196,7 @@ TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
 
     // Many keys against one query, and the probability-weighted sum of
     // value rows, for head sizes the engine uses (and a 16-only one).
-    for (const int d : {16, 64, 128}) {
+    for (const int d : {16, 64, 128, 192}) {
       const std::vector<uint16_t> q = LcgHalves(&state, d);
       std::vector<std::vector<uint16_t>> keys;
       std::vector<const uint16_t*> ptrs;
@@ -220,6 +220,65 @@ TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
                                   w2.data());
         for (int i = 0; i < d; ++i) {
           ASSERT_EQ(bits(w1[i]), bits(w2[i])) << "d=" << d << " i=" << i;
+        }
+
+        // The same on K and V widened to fp32 once (prompts), for three
+        // queries at once (a KV head's query heads): keys in blocks of 16
+        // (the last padded with junk), values slot-major with spare rows.
+        const int nq = 3;
+        const int64_t blocks = (n + 15) / 16;
+        const int64_t rows_per_slot = blocks + 1;
+        std::vector<float> key_blocks(blocks * 16 * d, 1e30f);
+        std::vector<float> values(16 * rows_per_slot * d, 1e30f);
+        for (int j = 0; j < n; ++j) {
+          for (int e = 0; e < d; ++e) {
+            key_blocks[j / 16 * 16 * d + e * 16 + j % 16] =
+                Fp16ToFp32(keys[j][e]);
+            values[((j % 16) * rows_per_slot + j / 16) * d + e] =
+                Fp16ToFp32(keys[j][e]);
+          }
+        }
+        std::vector<std::vector<uint16_t>> queries = {q};
+        std::vector<float> qf(nq * d), probs(nq * (n + 1));
+        for (int h = 0; h < nq; ++h) {
+          if (h > 0) queries.push_back(LcgHalves(&state, d));
+          for (int e = 0; e < d; ++e) qf[h * d + e] = Fp16ToFp32(queries[h][e]);
+          for (int j = 0; j < n; ++j) {
+            probs[h * (n + 1) + j] = h == 0 ? p[j] : Fp16ToFp32(keys[j][h]);
+          }
+        }
+        const int64_t out_stride = n + 1;
+        std::vector<float> t1(nq * out_stride, -5.0f), t2 = t1;
+        DotF16ManyTransposed(order, d, key_blocks.data(), n, nq, qf.data(), d,
+                             0.125f, t1.data(), out_stride);
+        DotF16ManyTransposedPortable(order, d, key_blocks.data(), n, nq,
+                                     qf.data(), d, 0.125f, t2.data(),
+                                     out_stride);
+        std::vector<float> v1(nq * d), v2(nq * d);
+        WeightedRowSumWidened(order, n, nq, probs.data(), n + 1, values.data(),
+                              rows_per_slot, d, v1.data(), d);
+        WeightedRowSumWidenedPortable(order, n, nq, probs.data(), n + 1,
+                                      values.data(), rows_per_slot, d,
+                                      v2.data(), d);
+        for (int h = 0; h < nq; ++h) {
+          for (int j = 0; j < n; ++j) {
+            const float want =
+                DotF16(order, d, keys[j].data(), queries[h].data()) * 0.125f;
+            ASSERT_EQ(bits(t1[h * out_stride + j]), bits(want))
+                << "d=" << d << " query " << h << " key " << j;
+            ASSERT_EQ(bits(t2[h * out_stride + j]), bits(want))
+                << "d=" << d << " query " << h << " key " << j;
+          }
+          EXPECT_EQ(t1[h * out_stride + n], -5.0f) << "wrote past the keys";
+          std::vector<float> want(d);
+          WeightedRowSumF16(order, n, probs.data() + h * (n + 1), ptrs.data(),
+                            d, want.data());
+          for (int i = 0; i < d; ++i) {
+            ASSERT_EQ(bits(v1[h * d + i]), bits(want[i]))
+                << "d=" << d << " query " << h << " i=" << i;
+            ASSERT_EQ(bits(v2[h * d + i]), bits(want[i]))
+                << "d=" << d << " query " << h << " i=" << i;
+          }
         }
       }
     }
