@@ -307,12 +307,25 @@ void CpuBackend::WidenContexts(const ForwardBatch& batch, int layer) {
       widened_.data() +
       (16 - reinterpret_cast<uintptr_t>(widened_.data()) / 4 % 16) % 16;
   // Positions of all such chunks laid end to end, split among the threads.
-  std::vector<std::pair<int64_t, size_t>> starts;  // (first item, chunk)
+  std::vector<std::pair<int64_t, size_t>>& starts = widened_starts_;
+  starts.clear();
   int64_t items = 0;
   for (size_t ci = 0; ci < batch.chunks.size(); ++ci) {
-    if (widened_chunks_[ci].offset < 0) continue;
+    const WidenedContext& w = widened_chunks_[ci];
+    if (w.offset < 0) continue;
     starts.push_back({items, ci});
-    items += widened_chunks_[ci].length;
+    items += w.length;
+    // The last key block's spare columns are read (their scores dropped):
+    // zeros, not stale floats that could be denormals.
+    for (int kvh = 0; kvh < kv_heads; ++kvh) {
+      float* last_block = widened_base_ + w.offset +
+                          int64_t{2} * kvh * d * w.stride + (w.stride - 16) * d;
+      for (int e = 0; e < d; ++e) {
+        for (int64_t j = w.length % 16; j > 0 && j < 16; ++j) {
+          last_block[e * 16 + j] = 0.0f;
+        }
+      }
+    }
   }
   threads_.ParallelFor(items, [&](int64_t begin, int64_t end) {
     thread_local std::vector<uint16_t> row16;

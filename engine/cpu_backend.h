@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -167,6 +168,7 @@ class CpuBackend : public ForwardBackend {
     int64_t stride = 0;
   };
   std::vector<WidenedContext> widened_chunks_;
+  std::vector<std::pair<int64_t, size_t>> widened_starts_;  // (item, chunk)
   std::vector<float> widened_;
   float* widened_base_ = nullptr;
   QuantizedRows qrows_a_, qrows_b_;

@@ -534,9 +534,45 @@ void PreparePackedToken(const uint8_t* act, int64_t nb,
 // weights unpacked once for all T tokens. T is 2 for prefill and batched
 // decode: 16 accumulators then fill half the registers, and a third token
 // would spill them. out[t]: the group's 16 outputs for token t.
+// A zero register for vpdpbusd to accumulate into, as a zeroing idiom of its
+// own: the renamer executes that for free, where GCC would otherwise copy one
+// shared zero register before every vpdpbusd (a move per product).
+inline __m512i FreshZero() {
+  __m512i z;
+  asm volatile("vpxord %0, %0, %0" : "=v"(z));
+  return z;
+}
+
+// The block headers of a chunk of packed groups as floats, 16 rows' d and
+// then (Q4_1) 16 rows' m per group-block, converted once per chunk instead
+// of once per pair of tokens. kMaxChunkGroupBlocks covers kChunkBytes of the
+// smallest packed blocks (320 bytes).
+inline constexpr int64_t kMaxChunkGroupBlocks = kChunkBytes / 320 + 1;
+// A chunk is one group when a group exceeds kChunkBytes.
+static_assert(kMaxChunkGroupBlocks >= kMaxAvx512Blocks);
+
+template <class F>
+constexpr int HeaderFloats() {
+  return F::kHasMin ? 32 : 16;
+}
+
+template <class F>
+void ConvertHeaders(const uint8_t* groups, int64_t group_blocks, float* out) {
+  constexpr int kBlockBytes = PackedBlockBytes<F>();
+  for (int64_t i = 0; i < group_blocks; ++i) {
+    const __m512i headers = _mm512_loadu_si512(groups + i * kBlockBytes);
+    float* o = out + i * HeaderFloats<F>();
+    _mm512_storeu_ps(o, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(headers)));
+    if constexpr (F::kHasMin) {
+      _mm512_storeu_ps(o + 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                                   _mm512_srli_epi32(headers, 16))));
+    }
+  }
+}
+
 template <class F, int T>
-void PackedGroupTokens(const uint8_t* group, int64_t nb,
-                       const PackedTokenScales<F>* const scales[T],
+void PackedGroupTokens(const uint8_t* group, const float* header_floats,
+                       int64_t nb, const PackedTokenScales<F>* const scales[T],
                        float* const out[T], __mmask16 store_mask) {
   constexpr bool kNibbles = F::kLaneOffset != 128;  // Q4_0 / Q4_1
   constexpr int kBlockBytes = PackedBlockBytes<F>();
@@ -549,16 +585,15 @@ void PackedGroupTokens(const uint8_t* group, int64_t nb,
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* block = group + b * kBlockBytes;
-    const __m512i headers = _mm512_loadu_si512(block);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(headers));
+    const float* hf = header_floats + b * HeaderFloats<F>();
+    const __m512 dw = _mm512_loadu_ps(hf);
     __m512 d[T];
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(scales[t]->d[b]));
     }
     if constexpr (F::kHasMin) {
-      const __m512 mw = _mm512_cvtph_ps(
-          _mm512_cvtepi32_epi16(_mm512_srli_epi32(headers, 16)));
+      const __m512 mw = _mm512_loadu_ps(hf + 16);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         summs[t] = _mm512_add_ps(
@@ -569,9 +604,11 @@ void PackedGroupTokens(const uint8_t* group, int64_t nb,
     auto lane = [&](int i, __m512i w) {
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        __m512i start = _mm512_setzero_si512();
+        __m512i start;
         if constexpr (F::kLaneOffset != 0) {
           start = _mm512_set1_epi32(scales[t]->starts[b * 8 + i]);
+        } else {
+          start = FreshZero();
         }
         const __m512i yi = _mm512_set1_epi32(static_cast<int>(LoadU32(
             scales[t]->row + b * F::kActBytes + F::kActQuantOffset + 4 * i)));
@@ -613,11 +650,15 @@ void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
   int64_t chunk_rows = kChunkBytes / group_bytes * kPackRows;
   if (chunk_rows < kPackRows) chunk_rows = kPackRows;
   const int64_t act_row_bytes = nb * F::kActBytes;
-  // About 40 KB (Q8_0: 72 KB) on the stack: see Run.
+  // About 150 KB on the stack: see Run.
   PackedTokenScales<F> first, second;
+  alignas(64) float header_floats[kMaxChunkGroupBlocks * HeaderFloats<F>()];
   const PackedTokenScales<F>* const pair[2] = {&first, &second};
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
     const int64_t c1 = c0 + chunk_rows < row_end ? c0 + chunk_rows : row_end;
+    const uint8_t* chunk = packed + c0 / kPackRows * group_bytes;
+    ConvertHeaders<F>(chunk, (c1 - c0 + kPackRows - 1) / kPackRows * nb,
+                      header_floats);
     for (int t0 = 0; t0 < n_tokens; t0 += 2) {
       const bool two = t0 + 1 < n_tokens;
       PreparePackedToken<F>(act + t0 * act_row_bytes, nb, &first);
@@ -626,14 +667,16 @@ void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
       }
       for (int64_t g0 = c0; g0 < c1; g0 += kPackRows) {
         const uint8_t* group = packed + g0 / kPackRows * group_bytes;
+        const float* group_headers =
+            header_floats + (g0 - c0) / kPackRows * nb * HeaderFloats<F>();
         const int64_t count = c1 - g0 < kPackRows ? c1 - g0 : kPackRows;
         const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
         float* const outs[2] = {out + t0 * out_stride + g0,
                                 out + (t0 + 1) * out_stride + g0};
         if (two) {
-          PackedGroupTokens<F, 2>(group, nb, pair, outs, mask);
+          PackedGroupTokens<F, 2>(group, group_headers, nb, pair, outs, mask);
         } else {
-          PackedGroupTokens<F, 1>(group, nb, pair, outs, mask);
+          PackedGroupTokens<F, 1>(group, group_headers, nb, pair, outs, mask);
         }
       }
     }
