@@ -329,7 +329,9 @@ void CpuBackend::WidenContexts(const ForwardBatch& batch, int layer) {
   }
   threads_.ParallelFor(items, [&](int64_t begin, int64_t end) {
     thread_local std::vector<uint16_t> row16;
+    thread_local std::vector<float> row32;
     row16.resize(d);
+    row32.resize(d);
     auto part =
         std::upper_bound(starts.begin(), starts.end(), begin,
                          [](int64_t v, const auto& s) { return v < s.first; }) -
@@ -359,10 +361,9 @@ void CpuBackend::WidenContexts(const ForwardBatch& batch, int layer) {
             kernels::Fp16ToFp32Row(
                 h16, d, head + ((j % 16) * (w.stride / 16) + j / 16) * d);
           } else {
+            kernels::Fp16ToFp32Row(h16, d, row32.data());
             float* column = head + j / 16 * 16 * d + j % 16;
-            for (int e = 0; e < d; ++e) {
-              column[e * 16] = kernels::Fp16ToFp32(h16[e]);
-            }
+            for (int e = 0; e < d; ++e) column[e * 16] = row32[e];
           }
         }
       }
@@ -390,7 +391,6 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
     thread_local std::vector<float> scores;
     thread_local std::vector<float> probs;
     thread_local std::vector<uint16_t> q16;
-    thread_local std::vector<uint16_t> p16;
     thread_local std::vector<const uint16_t*> krows;
     thread_local std::vector<const uint16_t*> vrows;
     // An fp8 cache's rows of this (token, KV head), widened to fp16 (exact),
@@ -420,7 +420,6 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       const int32_t n_pad = (n_ctx + 15) / 16 * 16;
       scores.resize(int64_t{group} * n_pad);
       probs.resize(int64_t{group} * n_pad);
-      p16.resize(n_pad);
       const WidenedContext& wide = widened_chunks_[tokens_[t].chunk];
       const float* wide_keys = nullptr;  // the widened context, if any
       const float* wide_values = nullptr;
@@ -472,19 +471,14 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       for (int g = 0; g < group; ++g) {
         float* sc = scores.data() + int64_t{g} * n_pad;
         float* pr = probs.data() + int64_t{g} * n_pad;
-        float max_score = -std::numeric_limits<float>::infinity();
-        for (int32_t j = 0; j < n_ctx; ++j) {
-          max_score = std::max(max_score, sc[j]);
-        }
+        const float max_score = kernels::MaxScore(n_ctx, sc);
         for (int32_t j = n_ctx; j < n_pad; ++j) {
           sc[j] = -std::numeric_limits<float>::infinity();
         }
         const double denom = kernels::SoftMaxGgml(n_pad, sc, max_score, pr);
         const float inv = static_cast<float>(1.0 / denom);
         // Rounded through fp16, as ggml rounds them for the f16 product.
-        for (int32_t j = 0; j < n_ctx; ++j) pr[j] *= inv;
-        kernels::Fp32ToFp16Row(pr, n_ctx, p16.data());
-        kernels::Fp16ToFp32Row(p16.data(), n_ctx, pr);
+        kernels::ScaleToF16Precision(n_ctx, inv, pr);
         if (wide_values == nullptr) {
           kernels::WeightedRowSumF16(order, n_ctx, pr, vrows.data(), d,
                                      heads_out + int64_t{g} * d);

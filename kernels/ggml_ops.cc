@@ -277,6 +277,31 @@ PD_AVX512 void TransposedScores(bool vec_dot, const float* key_blocks,
   }
 }
 
+PD_AVX512 float MaxScoreAvx512(int64_t n, const float* x) {
+  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+  }
+  if (i < n) {
+    const __mmask16 rest = static_cast<__mmask16>((1u << (n - i)) - 1);
+    m = _mm512_mask_max_ps(m, rest, m, _mm512_maskz_loadu_ps(rest, x + i));
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+PD_AVX512 void ScaleToF16PrecisionAvx512(int64_t n, float scale, float* x) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 m = n - i >= kLanes
+                            ? static_cast<__mmask16>(0xFFFF)
+                            : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), s);
+    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_maskz_cvtph_ps(m, h));
+  }
+}
+
 // ExpGgml on sixteen lanes.
 PD_AVX512 inline __m512 ExpGgml16(__m512 x) {
   const __m512 r = _mm512_set1_ps(0x1.8p23f);
@@ -718,6 +743,29 @@ void DotF16ManyTransposedPortable(F16DotOrder order, int d,
           DotF16(order, d, key.data(), query.data()) * scale;
     }
   }
+}
+
+float MaxScore(int64_t n, const float* x) {
+  if (HaveAvx512()) return MaxScoreAvx512(n, x);
+  return MaxScorePortable(n, x);
+}
+
+float MaxScorePortable(int64_t n, const float* x) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+void ScaleToF16Precision(int64_t n, float scale, float* x) {
+  if (HaveAvx512()) {
+    ScaleToF16PrecisionAvx512(n, scale, x);
+    return;
+  }
+  ScaleToF16PrecisionPortable(n, scale, x);
+}
+
+void ScaleToF16PrecisionPortable(int64_t n, float scale, float* x) {
+  for (int64_t i = 0; i < n; ++i) x[i] = Fp16ToFp32(Fp32ToFp16(x[i] * scale));
 }
 
 float ExpGgml(float x) {

@@ -93,6 +93,14 @@ void WeightedRowSumWidened(F16DotOrder order, int64_t n, int nq, const float* p,
                            int64_t rows_per_slot, int d, float* out,
                            int64_t out_stride);
 
+// The largest of x[0..n) (-inf for n = 0), x free of NaNs: softmax's max.
+float MaxScore(int64_t n, const float* x);
+
+// x[i] = x[i] * scale rounded to fp16 (to nearest even) and widened back:
+// softmax's normalization, with the rounding ggml applies when it converts
+// the probabilities for the f16 product with V.
+void ScaleToF16Precision(int64_t n, float scale, float* x);
+
 // One lane of ggml_v_expf (AVX-512): a degree-5 polynomial on the reduced
 // argument scaled by 2^n; 0 or +inf once |n| > 192.
 float ExpGgml(float x);
@@ -118,6 +126,8 @@ double SoftMaxGgmlPortable(int64_t n, const float* x, float max, float* y);
 void WeightedRowSumF16Portable(F16DotOrder order, int64_t n, const float* p,
                                const uint16_t* const* rows, int d, float* out);
 void SwiGluGgmlPortable(int64_t n, const float* g, const float* u, float* out);
+float MaxScorePortable(int64_t n, const float* x);
+void ScaleToF16PrecisionPortable(int64_t n, float scale, float* x);
 void DotF16ManyTransposedPortable(F16DotOrder order, int d,
                                   const float* key_blocks, int64_t count,
                                   int nq, const float* q, int64_t q_stride,

@@ -292,6 +292,18 @@ TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
     }
     float max = -kInf;
     for (float v : scores) max = std::max(max, v);
+    EXPECT_EQ(bits(MaxScore(n, scores.data())), bits(max));
+    EXPECT_EQ(bits(MaxScorePortable(n, scores.data())), bits(max));
+    // Probabilities down to fp16's subnormals, scaled and rounded.
+    std::vector<float> r1(n), r2(n);
+    for (int i = 0; i < n; ++i) {
+      r1[i] = r2[i] = std::ldexp(Fp16ToFp32(y[i]), -(i % 20));
+    }
+    ScaleToF16Precision(n, 0.7f, r1.data());
+    ScaleToF16PrecisionPortable(n, 0.7f, r2.data());
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(r1[i]), bits(r2[i])) << "scaled probability " << i;
+    }
     std::vector<float> p1(n), p2(n), o1(n), o2(n);
     const double s1 = SoftMaxGgml(n, scores.data(), max, p1.data());
     const double s2 = SoftMaxGgmlPortable(n, scores.data(), max, p2.data());
