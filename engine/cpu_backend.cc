@@ -381,13 +381,18 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
   // A token's attention costs grow with its position, and ParallelFor gives
   // each thread one contiguous range: items go in zig-zag token order
   // (first, last, second, second to last, ...) so that the ranges carry
-  // about the same work. An item is one (token, KV head): the query heads
-  // that share the KV head reuse its gathered (and, for fp8, widened) rows.
+  // about the same work. An item is one (token, KV head) when there are
+  // enough of them to share out: the query heads that share the KV head
+  // then reuse its gathered (or widened) rows; otherwise (a decode step of
+  // a sequence or two) one (token, query head), so that both threads work.
   // Every (token, head) is computed the same way whichever thread takes it.
   const int kv_heads = config_.num_kv_heads;
+  const int per_item =
+      int64_t{n_tokens} * kv_heads >= 4 * threads_.num_threads() ? group : 1;
+  const int items_per_token = heads / per_item;
   WidenContexts(batch, layer);
-  threads_.ParallelFor(int64_t{n_tokens} * kv_heads, [&](int64_t begin,
-                                                         int64_t end) {
+  threads_.ParallelFor(int64_t{n_tokens} * items_per_token, [&](int64_t begin,
+                                                                int64_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<float> probs;
     thread_local std::vector<uint16_t> q16;
@@ -400,10 +405,12 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
     q16.resize(d);
     qf.resize(int64_t{group} * d);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t slot = item / kv_heads;
+      const int64_t slot = item / items_per_token;
       const int t =
           static_cast<int>(slot % 2 == 0 ? slot / 2 : n_tokens - 1 - slot / 2);
-      const int kvh = static_cast<int>(item % kv_heads);
+      // Query heads [h0, h0 + per_item), all of KV head kvh.
+      const int h0 = static_cast<int>(item % items_per_token) * per_item;
+      const int kvh = h0 / group;
       const SequenceChunk& c = batch.chunks[tokens_[t].chunk];
       // llama.cpp sums f16 products with tinyBLAS for the prompt (a batch
       // of two or more tokens) and with ggml_vec_dot_f16 for a single
@@ -418,8 +425,8 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       // -inf; softmax works in chunks of 16, so padding to 16 is enough
       // for the same sums.
       const int32_t n_pad = (n_ctx + 15) / 16 * 16;
-      scores.resize(int64_t{group} * n_pad);
-      probs.resize(int64_t{group} * n_pad);
+      scores.resize(int64_t{per_item} * n_pad);
+      probs.resize(int64_t{per_item} * n_pad);
       const WidenedContext& wide = widened_chunks_[tokens_[t].chunk];
       const float* wide_keys = nullptr;  // the widened context, if any
       const float* wide_values = nullptr;
@@ -449,12 +456,12 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
           }
         }
       }
-      // The group's query heads, rounded to fp16 as llama.cpp rounds them
+      // The item's query heads, rounded to fp16 as llama.cpp rounds them
       // for the f16 product; their scores, then probabilities, one row of
       // n_pad per head.
-      float* heads_out = attn_.data() + (int64_t{t} * heads + kvh * group) * d;
-      const float* heads_q = q_.data() + (int64_t{t} * heads + kvh * group) * d;
-      for (int g = 0; g < group; ++g) {
+      float* heads_out = attn_.data() + (int64_t{t} * heads + h0) * d;
+      const float* heads_q = q_.data() + (int64_t{t} * heads + h0) * d;
+      for (int g = 0; g < per_item; ++g) {
         kernels::Fp32ToFp16Row(heads_q + int64_t{g} * d, d, q16.data());
         if (wide_keys != nullptr) {
           kernels::Fp16ToFp32Row(q16.data(), d, qf.data() + int64_t{g} * d);
@@ -464,11 +471,11 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
         }
       }
       if (wide_keys != nullptr) {
-        kernels::DotF16ManyTransposed(order, d, wide_keys, n_ctx, group,
+        kernels::DotF16ManyTransposed(order, d, wide_keys, n_ctx, per_item,
                                       qf.data(), d, scale, scores.data(),
                                       n_pad);
       }
-      for (int g = 0; g < group; ++g) {
+      for (int g = 0; g < per_item; ++g) {
         float* sc = scores.data() + int64_t{g} * n_pad;
         float* pr = probs.data() + int64_t{g} * n_pad;
         const float max_score = kernels::MaxScore(n_ctx, sc);
@@ -485,8 +492,8 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
         }
       }
       if (wide_values != nullptr) {
-        kernels::WeightedRowSumWidened(order, n_ctx, group, probs.data(), n_pad,
-                                       wide_values, wide.stride / 16, d,
+        kernels::WeightedRowSumWidened(order, n_ctx, per_item, probs.data(),
+                                       n_pad, wide_values, wide.stride / 16, d,
                                        heads_out, d);
       }
     }

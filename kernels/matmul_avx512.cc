@@ -17,15 +17,19 @@
 // Q4_0 quants are already 0..15 with the value q - 8 (lanes start at
 // -8 * sum(y)). Both integers are exact.
 //
-// Three kernels:
-//  - TransposedTile (two to eight tokens: prefill, batched decode): 4 rows x
-//    up to 8 tokens, one 16-lane register per ggml lane holding 16 (row,
-//    token) pairs. Rows are walked in chunks of about 256 KiB so that a
-//    chunk stays in L2 while every group of tokens passes over it.
+// Four kernels:
+//  - TransposedTile (two to eight tokens on weights as the GGUF file has
+//    them): 4 rows x up to 8 tokens, one 16-lane register per ggml lane
+//    holding 16 (row, token) pairs. Rows are walked in chunks of about
+//    256 KiB so that a chunk stays in L2 while every group of tokens passes
+//    over it.
 //  - OneTokenTile (one token on weights as the GGUF file has them): 4 rows,
 //    one eight-lane register per row.
 //  - MatVecPackedRows (one token on weights repacked at load, decode's
 //    kernel): 16 rows per group, no shuffles.
+//  - PackedGroupTokens (two tokens on the repacked weights: prefill and
+//    batched decode): 16 rows per group, each block unpacked once for both
+//    tokens; the engine's path whenever the weights are packed.
 #include "kernels/matmul_avx512.h"
 
 #include <immintrin.h>
@@ -529,11 +533,6 @@ void PreparePackedToken(const uint8_t* act, int64_t nb,
   }
 }
 
-// One packed group of 16 rows against T tokens: MatVecPackedRows'
-// arithmetic token by token (bit for bit its results), with each block's
-// weights unpacked once for all T tokens. T is 2 for prefill and batched
-// decode: 16 accumulators then fill half the registers, and a third token
-// would spill them. out[t]: the group's 16 outputs for token t.
 // A zero register for vpdpbusd to accumulate into, as a zeroing idiom of its
 // own: the renamer executes that for free, where GCC would otherwise copy one
 // shared zero register before every vpdpbusd (a move per product).
@@ -570,6 +569,12 @@ void ConvertHeaders(const uint8_t* groups, int64_t group_blocks, float* out) {
   }
 }
 
+// One packed group of 16 rows against T tokens: MatVecPackedRows'
+// arithmetic token by token (bit for bit its results), with each block's
+// weights unpacked once for all T tokens. T is 2 for prefill and batched
+// decode: 16 accumulators then fill half the registers, and a third token
+// would spill them. out[t]: the group's 16 outputs for token t;
+// header_floats: the group's ConvertHeaders output.
 template <class F, int T>
 void PackedGroupTokens(const uint8_t* group, const float* header_floats,
                        int64_t nb, const PackedTokenScales<F>* const scales[T],
