@@ -51,7 +51,7 @@ def main():
     ax.set_xlabel("sequences decoding together (batch)")
     ax.set_ylabel("tokens/s")
     ax.set_title(f"{r['model']} ({r['quantization']}), {r['threads']} threads, "
-                 f"median of {r['runs']} runs; single stream "
+                 f"median of {r['runs']} runs\nsingle stream "
                  f"{r['decode_single_tps']:.0f} tok/s = "
                  f"{r['decode_roofline_ratio']:.2f} of roofline", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
