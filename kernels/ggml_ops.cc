@@ -661,23 +661,23 @@ void WeightedRowSumWidened(F16DotOrder order, int64_t n, int nq, const float* p,
                            int64_t out_stride) {
   const FloatRows rows{values, d, rows_per_slot};
   const int slots = order == F16DotOrder::kVecDot ? 4 : 1;
-  if (HaveAvx512() && d % kLanes == 0) {
-    switch (d / kLanes) {
-      case 4:
-        AccumulateWidened<4>(slots, n, nq, p, p_stride, rows, out, out_stride);
-        return;
-      case 5:
-        AccumulateWidened<5>(slots, n, nq, p, p_stride, rows, out, out_stride);
-        return;
-      case 6:
-        AccumulateWidened<6>(slots, n, nq, p, p_stride, rows, out, out_stride);
-        return;
-      case 8:
-        AccumulateWidened<8>(slots, n, nq, p, p_stride, rows, out, out_stride);
-        return;
-      default:
-        break;
-    }
+  // Head sizes with a kernel, as DotF16ManyTransposed.
+  using Kernel = void (*)(int, int64_t, int, const float*, int64_t,
+                          const FloatRows&, float*, int64_t);
+  static constexpr Kernel kByChunks[] = {nullptr,
+                                         nullptr,
+                                         nullptr,
+                                         nullptr,
+                                         AccumulateWidened<4>,
+                                         AccumulateWidened<5>,
+                                         AccumulateWidened<6>,
+                                         nullptr,
+                                         AccumulateWidened<8>};
+  const int chunks = d / kLanes;
+  if (HaveAvx512() && d % kLanes == 0 && chunks < 9 &&
+      kByChunks[chunks] != nullptr) {
+    kByChunks[chunks](slots, n, nq, p, p_stride, rows, out, out_stride);
+    return;
   }
   for (int h = 0; h < nq; ++h) {
     WeightedRowSum(order, n, p + h * p_stride, rows, d, out + h * out_stride,
@@ -701,27 +701,24 @@ void DotF16ManyTransposed(F16DotOrder order, int d, const float* key_blocks,
                           int64_t q_stride, float scale, float* out,
                           int64_t out_stride) {
   const bool vec_dot = order == F16DotOrder::kVecDot;
-  if (HaveAvx512()) {
-    switch (vec_dot ? d / 16 * (d % 64 == 0) : d / 16 * (d % 16 == 0)) {
-      case 4:  // head size 64
-        TransposedScores<4>(vec_dot, key_blocks, count, nq, q, q_stride, scale,
-                            out, out_stride);
-        return;
-      case 5:  // 80
-        TransposedScores<5>(vec_dot, key_blocks, count, nq, q, q_stride, scale,
-                            out, out_stride);
-        return;
-      case 6:  // 96
-        TransposedScores<6>(vec_dot, key_blocks, count, nq, q, q_stride, scale,
-                            out, out_stride);
-        return;
-      case 8:  // 128
-        TransposedScores<8>(vec_dot, key_blocks, count, nq, q, q_stride, scale,
-                            out, out_stride);
-        return;
-      default:
-        break;
-    }
+  // Head sizes with a kernel: 64, 80, 96, 128 (vec_dot: 64, 128).
+  using Kernel = void (*)(bool, const float*, int64_t, int, const float*,
+                          int64_t, float, float*, int64_t);
+  static constexpr Kernel kByChunks[] = {nullptr,
+                                         nullptr,
+                                         nullptr,
+                                         nullptr,
+                                         TransposedScores<4>,
+                                         TransposedScores<5>,
+                                         TransposedScores<6>,
+                                         nullptr,
+                                         TransposedScores<8>};
+  const int chunks = d / kLanes;
+  if (HaveAvx512() && d % (vec_dot ? 64 : kLanes) == 0 && chunks < 9 &&
+      kByChunks[chunks] != nullptr) {
+    kByChunks[chunks](vec_dot, key_blocks, count, nq, q, q_stride, scale, out,
+                      out_stride);
+    return;
   }
   DotF16ManyTransposedPortable(order, d, key_blocks, count, nq, q, q_stride,
                                scale, out, out_stride);

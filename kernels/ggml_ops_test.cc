@@ -196,7 +196,7 @@ TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
 
     // Many keys against one query, and the probability-weighted sum of
     // value rows, for head sizes the engine uses (and a 16-only one).
-    for (const int d : {16, 64, 128, 192}) {
+    for (const int d : {16, 64, 80, 96, 128, 192}) {
       const std::vector<uint16_t> q = LcgHalves(&state, d);
       std::vector<std::vector<uint16_t>> keys;
       std::vector<const uint16_t*> ptrs;

@@ -425,12 +425,32 @@ constexpr int PackedBlockBytes() {
   return 64 * (1 + (F::kLaneOffset == 128 ? 8 : 4));
 }
 
+// Calls lane(i, w) for each ggml lane i of a packed group-block, w holding
+// the 16 rows' quant word i as unsigned bytes (Q4: nibbles unpacked; Q8_0:
+// offset by 128).
+template <class F, class Lane>
+inline void ForEachPackedLane(const uint8_t* block, Lane& lane) {
+  if constexpr (F::kLaneOffset != 128) {  // Q4_0 / Q4_1
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i q = _mm512_loadu_si512(block + 64 + 64 * i);
+      lane(i, _mm512_and_si512(q, low4));
+      lane(i + 4, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      lane(i, _mm512_xor_si512(_mm512_loadu_si512(block + 64 + 64 * i),
+                               _mm512_set1_epi8(static_cast<char>(0x80))));
+    }
+  }
+}
+
 template <class F>
 void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
                       int64_t row_end, const uint8_t* act, float* out) {
-  constexpr bool kNibbles = F::kLaneOffset != 128;  // Q4_0 / Q4_1
   constexpr int kBlockBytes = PackedBlockBytes<F>();
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   // -offset * (sum of activations 4i..4i+3) of every block, as
   // OneTokenTile's lane starts: the same for every group of rows.
   int32_t starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks * 8 : 1];
@@ -479,20 +499,7 @@ void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
         acc[i] = _mm512_fmadd_ps(
             d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w, yi)), acc[i]);
       };
-      if constexpr (kNibbles) {
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-          const __m512i q = _mm512_loadu_si512(block + 64 + 64 * i);
-          lane(i, _mm512_and_si512(q, low4));
-          lane(i + 4, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
-        }
-      } else {
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) {
-          lane(i, _mm512_xor_si512(_mm512_loadu_si512(block + 64 + 64 * i),
-                                   _mm512_set1_epi8(static_cast<char>(0x80))));
-        }
-      }
+      ForEachPackedLane<F>(block, lane);
     }
     const __m512 sums = SumLanes16(acc, summs);
     const int64_t count = row_end - g0 < kPackRows ? row_end - g0 : kPackRows;
@@ -579,9 +586,7 @@ template <class F, int T>
 void PackedGroupTokens(const uint8_t* group, const float* header_floats,
                        int64_t nb, const PackedTokenScales<F>* const scales[T],
                        float* const out[T], __mmask16 store_mask) {
-  constexpr bool kNibbles = F::kLaneOffset != 128;  // Q4_0 / Q4_1
   constexpr int kBlockBytes = PackedBlockBytes<F>();
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[T][8];
   __m512 summs[T];
   for (int t = 0; t < T; ++t) {
@@ -622,20 +627,7 @@ void PackedGroupTokens(const uint8_t* group, const float* header_floats,
             acc[t][i]);
       }
     };
-    if constexpr (kNibbles) {
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        const __m512i q = _mm512_loadu_si512(block + 64 + 64 * i);
-        lane(i, _mm512_and_si512(q, low4));
-        lane(i + 4, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
-      }
-    } else {
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        lane(i, _mm512_xor_si512(_mm512_loadu_si512(block + 64 + 64 * i),
-                                 _mm512_set1_epi8(static_cast<char>(0x80))));
-      }
-    }
+    ForEachPackedLane<F>(block, lane);
   }
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
