@@ -404,6 +404,18 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
     thread_local std::vector<float> qf;
     q16.resize(d);
     qf.resize(int64_t{group} * d);
+    // Sized for the whole context on a thread's first call, so that later
+    // steps (decode) never allocate.
+    const int64_t most = config_.context_length;
+    if (krows.capacity() < static_cast<size_t>(most)) {
+      krows.reserve(most);
+      vrows.reserve(most);
+      scores.reserve(group * ((most + 15) / 16 * 16));
+      probs.reserve(group * ((most + 15) / 16 * 16));
+    }
+    if (fp8_kv_ && widened.capacity() < static_cast<size_t>(2 * most * d)) {
+      widened.reserve(2 * most * d);
+    }
     for (int64_t item = begin; item < end; ++item) {
       const int64_t slot = item / items_per_token;
       const int t =

@@ -76,6 +76,7 @@ absl::StatusOr<int32_t> ModelRunner::AddSequence(
   }
   PD_ASSIGN_OR_RETURN(int32_t cached, blocks_->AddSequence(id, prompt));
   Sequence& s = seqs_[id];
+  ReserveTokens(s, prompt.size() + 1);
   s.tokens.assign(prompt.begin(), prompt.end());
   s.num_computed = cached;
   s.prompt_length =
@@ -98,8 +99,16 @@ absl::Status ModelRunner::AppendToken(SeqId id, int32_t token) {
     return absl::OutOfRangeError(absl::StrCat(
         "sequence ", id, " has reached the context length ", context_length()));
   }
+  ReserveTokens(it->second, it->second.tokens.size() + 1);
   it->second.tokens.push_back(token);
   return absl::OkStatus();
+}
+
+void ModelRunner::ReserveTokens(Sequence& s, size_t size) {
+  if (size <= s.tokens.capacity()) return;
+  const size_t block = options_.block_size;
+  const size_t want = std::max(size, 2 * s.tokens.size());
+  s.tokens.reserve((want + block - 1) / block * block);
 }
 
 void ModelRunner::Release(SeqId id) {
@@ -143,7 +152,8 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
     PD_RETURN_IF_ERROR(
         blocks_->Reserve(item.id, s.num_computed + item.num_tokens));
   }
-  ForwardBatch batch;
+  ForwardBatch& batch = batch_;
+  batch.chunks.clear();
   batch.on_layer_done = on_layer_done;
   table_scratch_.resize(std::max(table_scratch_.size(), items.size()));
   for (size_t i = 0; i < items.size(); ++i) {
@@ -159,7 +169,9 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
     chunk.prompt_length = s.prompt_length;
     batch.chunks.push_back(chunk);
   }
-  PD_RETURN_IF_ERROR(backend_->Forward(batch, logits));
+  const absl::Status forward = backend_->Forward(batch, logits);
+  batch.on_layer_done = nullptr;  // holds references into the caller
+  PD_RETURN_IF_ERROR(forward);
   for (const StepItem& item : items) {
     Sequence& s = seqs_[item.id];
     s.num_computed += item.num_tokens;
@@ -277,8 +289,8 @@ absl::Status ModelRunner::Decode(absl::Span<const SeqId> ids,
     }
     PD_RETURN_IF_ERROR(blocks_->Reserve(id, it->second.tokens.size() + 1));
   }
-  std::vector<StepItem> items;
-  items.reserve(ids.size());
+  std::vector<StepItem>& items = step_items_;
+  items.clear();
   for (size_t i = 0; i < ids.size(); ++i) {
     PD_RETURN_IF_ERROR(AppendToken(ids[i], tokens[i]));
     items.push_back({ids[i], 1, LogitsMode::kLast});

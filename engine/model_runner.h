@@ -174,8 +174,18 @@ class ModelRunner {
   v1::KvLayout layout_;
   std::unique_ptr<ForwardBackend> backend_;
   std::unique_ptr<KvBlockManager> blocks_;
+  // Grows a sequence's token capacity only when a token starts a new KV
+  // block, to a whole number of blocks: together with the scratch below, a
+  // decode step allocates nothing except where a block starts or fills
+  // (block tables, prefix-cache entries).
+  void ReserveTokens(Sequence& s, size_t size);
+
   absl::flat_hash_map<SeqId, Sequence> seqs_;
+  // Per-step scratch, reused: block tables, the batch handed to the
+  // backend, Decode's step items.
   std::vector<std::vector<BlockId>> table_scratch_;
+  ForwardBatch batch_;
+  std::vector<StepItem> step_items_;
 };
 
 }  // namespace pdserve::engine
