@@ -243,22 +243,24 @@ TEST_F(WorkerFaultTest, WorkersRegisterWithARestartedRouterAndServe) {
 
 // A gRPC client that cancels while its request is still being prefilled
 // stops the work on every worker within about a second (prefill passes are
-// short, --max_batch_tokens=64, so the prefill worker sees the cancel
-// between two of them).
+// short, --max_batch_tokens=32, so the prefill worker sees the cancel
+// between two of them). The cancel comes 150 ms in: a 1000-token prompt
+// takes several times that on one thread, even with the packed kernels
+// (at 500 ms and 900 tokens it once finished first).
 TEST_F(WorkerFaultTest, ClientCancelDuringPrefillStopsTheWork) {
   OfflineEngine offline(SlowTinyModelPath());
   const int32_t vocab = offline.model().config().vocab_size;
-  Start("cancel", 1, 1, {"--max_batch_tokens=64"});
+  Start("cancel", 1, 1, {"--max_batch_tokens=32"});
   auto stub = v1::Generation::NewStub(grpc::CreateChannel(
       cluster_->router_address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(120));
-  const v1::GenerateRequest request = TokenRequest(900, 1, 16, vocab);
+  const v1::GenerateRequest request = TokenRequest(1000, 1, 16, vocab);
   const absl::Time start = absl::Now();
   auto reader = stub->Generate(&context, request);
   std::thread canceller([&] {
-    absl::SleepFor(absl::Milliseconds(500));
+    absl::SleepFor(absl::Milliseconds(150));
     context.TryCancel();
   });
   v1::GenerateResponse chunk;
@@ -268,7 +270,7 @@ TEST_F(WorkerFaultTest, ClientCancelDuringPrefillStopsTheWork) {
   canceller.join();
   EXPECT_EQ(chunks, 0) << "the prefill finished before the cancel";
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
-  const absl::Time cancelled = start + absl::Milliseconds(500);
+  const absl::Time cancelled = start + absl::Milliseconds(150);
 
   // Every worker drops the request and frees its blocks (the decode
   // worker's reservation included: the prefill worker tells it that no
