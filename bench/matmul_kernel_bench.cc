@@ -10,8 +10,8 @@
 //                 matrix is not in cache: 49152 x 576 is the output head);
 //   tokens 4..128 prefill and batched decode (compute-bound: the matrix
 //                 stays in L2 while every group of 4 tokens passes).
-// "PackedMatVec" cases run the decode kernel on weights repacked at load,
-// "PackedMatMul" cases the several-token kernel on them.
+// "PackedMatMul" cases run the kernels on weights repacked at load (one
+// token: decode's; more: the two-token kernel of prefill and batched decode).
 // Counters: weight bytes read per second (GB/s) and integer multiply-adds
 // per second (GMAC/s). "Scalar" cases run VecDotReference row by row, the
 // reference every SIMD kernel equals bit for bit.
@@ -107,25 +107,9 @@ void BM_Scalar(benchmark::State& state, GgmlType type) {
   SetCounters(state, rows, cols, tokens, o.row_bytes);
 }
 
-// One token against weights repacked for decode (kernels::PackedMatrix).
-void BM_PackedMatVec(benchmark::State& state, GgmlType type) {
-  const int64_t rows = state.range(0), cols = state.range(1);
-  Operands o = Make(type, rows, cols, 1);
-  const std::unique_ptr<kernels::PackedMatrix> packed =
-      kernels::PackedMatrix::Pack(type, o.weights.data(), rows, cols);
-  if (packed == nullptr) {
-    state.SkipWithError("no packed kernel on this CPU");
-    return;
-  }
-  for (auto _ : state) {
-    packed->MatVec(0, rows, o.activations.data(), o.out.data());
-    benchmark::DoNotOptimize(o.out.data());
-    benchmark::ClobberMemory();
-  }
-  SetCounters(state, rows, cols, 1, o.row_bytes);
-}
-
-// Several tokens against the packed weights (prefill, batched decode).
+// Tokens against the weights repacked at load (kernels::PackedMatrix): one
+// token is decode's matrix-vector product, more are prefill and batched
+// decode.
 void BM_PackedMatMul(benchmark::State& state, GgmlType type) {
   const int64_t rows = state.range(0), cols = state.range(1);
   const int tokens = static_cast<int>(state.range(2));
@@ -171,12 +155,12 @@ BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0, GgmlType::kQ8_0)
 BENCHMARK_CAPTURE(BM_Scalar, q8_0, GgmlType::kQ8_0)->Args({1536, 576, 1});
 // 1536 x 576 stays in L2 (compute); 49152 x 576 (the output head) and
 // 16 x 1536 x 576 stream from memory.
-BENCHMARK_CAPTURE(BM_PackedMatVec, q4_1, GgmlType::kQ4_1)
-    ->Args({1536, 576})
-    ->Args({24576, 576});
-BENCHMARK_CAPTURE(BM_PackedMatVec, q8_0, GgmlType::kQ8_0)
-    ->Args({1536, 576})
-    ->Args({49152, 576});
+BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_decode, GgmlType::kQ4_1)
+    ->Args({1536, 576, 1})
+    ->Args({24576, 576, 1});
+BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0_decode, GgmlType::kQ8_0)
+    ->Args({1536, 576, 1})
+    ->Args({49152, 576, 1});
 
 }  // namespace
 }  // namespace pdserve::bench

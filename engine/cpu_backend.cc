@@ -318,12 +318,9 @@ void CpuBackend::WidenContexts(const ForwardBatch& batch, int layer) {
     // The last key block's spare columns are read (their scores dropped):
     // zeros, not stale floats that could be denormals.
     for (int kvh = 0; kvh < kv_heads; ++kvh) {
-      float* last_block = widened_base_ + w.offset +
-                          int64_t{2} * kvh * d * w.stride + (w.stride - 16) * d;
-      for (int e = 0; e < d; ++e) {
-        for (int64_t j = w.length % 16; j > 0 && j < 16; ++j) {
-          last_block[e * 16 + j] = 0.0f;
-        }
+      float* keys = widened_base_ + w.offset + int64_t{2} * kvh * d * w.stride;
+      for (int64_t j = w.length; j < w.stride; ++j) {
+        for (int e = 0; e < d; ++e) keys[kernels::KeyBlockIndex(j, e, d)] = 0;
       }
     }
   }
@@ -359,11 +356,12 @@ void CpuBackend::WidenContexts(const ForwardBatch& batch, int layer) {
               (int64_t{2} * kvh + (half == KvHalf::kValue)) * d * w.stride;
           if (half == KvHalf::kValue) {
             kernels::Fp16ToFp32Row(
-                h16, d, head + ((j % 16) * (w.stride / 16) + j / 16) * d);
+                h16, d, head + kernels::SlotMajorRow(j, w.stride / 16) * d);
           } else {
             kernels::Fp16ToFp32Row(h16, d, row32.data());
-            float* column = head + j / 16 * 16 * d + j % 16;
-            for (int e = 0; e < d; ++e) column[e * 16] = row32[e];
+            for (int e = 0; e < d; ++e) {
+              head[kernels::KeyBlockIndex(j, e, d)] = row32[e];
+            }
           }
         }
       }

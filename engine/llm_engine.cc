@@ -12,9 +12,9 @@ namespace pdserve::engine {
 // runner_waiters_ while it waits, so that Step yields to it.
 class LlmEngine::RunnerCallerLock {
  public:
-  explicit RunnerCallerLock(const LlmEngine* engine)
+  explicit RunnerCallerLock(LlmEngine* engine)
       ABSL_EXCLUSIVE_LOCK_FUNCTION(engine->runner_mu_)
-      : engine_(const_cast<LlmEngine*>(engine)) {
+      : engine_(engine) {
     engine_->runner_waiters_.fetch_add(1);
     engine_->runner_mu_.Lock();
     // Decremented under the lock: its release then re-evaluates Step's

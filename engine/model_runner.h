@@ -169,17 +169,17 @@ class ModelRunner {
   ModelRunner(const model::Model& model, const ModelRunnerOptions& options)
       : model_(model), options_(options) {}
 
-  const model::Model& model_;
-  const ModelRunnerOptions options_;
-  v1::KvLayout layout_;
-  std::unique_ptr<ForwardBackend> backend_;
-  std::unique_ptr<KvBlockManager> blocks_;
   // Grows a sequence's token capacity only when a token starts a new KV
   // block, to a whole number of blocks: together with the scratch below, a
   // decode step allocates nothing except where a block starts or fills
   // (block tables, prefix-cache entries).
   void ReserveTokens(Sequence& s, size_t size);
 
+  const model::Model& model_;
+  const ModelRunnerOptions options_;
+  v1::KvLayout layout_;
+  std::unique_ptr<ForwardBackend> backend_;
+  std::unique_ptr<KvBlockManager> blocks_;
   absl::flat_hash_map<SeqId, Sequence> seqs_;
   // Per-step scratch, reused: block tables, the batch handed to the
   // backend, Decode's step items.

@@ -56,6 +56,12 @@ bool HaveAvx512() {
 #define PD_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma")))
 
+// The first min(n, 16) lanes.
+inline __mmask16 FirstLanes(int64_t n) {
+  return n >= kLanes ? static_cast<__mmask16>(0xFFFF)
+                     : static_cast<__mmask16>((1u << n) - 1);
+}
+
 PD_AVX512 inline __m512 LoadHalves16(const uint16_t* p) {
   // maskz: the plain form trips GCC 12's -Wmaybe-uninitialized.
   return _mm512_maskz_cvtph_ps(
@@ -100,7 +106,7 @@ PD_AVX512 float DotF16TinyBlasAvx512(int64_t n, const uint16_t* x,
     acc = _mm512_fmadd_ps(LoadHalves16(x + e), LoadHalves16(y + e), acc);
   }
   if (e < n) {  // lanes past n keep their sums (mask3: acc where unset)
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - e)) - 1);
+    const __mmask16 m = FirstLanes(n - e);
     const __m512 xv =
         _mm512_maskz_cvtph_ps(m, _mm256_maskz_loadu_epi16(m, x + e));
     const __m512 yv =
@@ -193,10 +199,7 @@ PD_AVX512 void TransposedScoresTinyBlas(const float* key_blocks, int64_t count,
         }
       }
     }
-    const int64_t left = count - j0;
-    const __mmask16 mask = left >= kLanes
-                               ? static_cast<__mmask16>(0xFFFF)
-                               : static_cast<__mmask16>((1u << left) - 1);
+    const __mmask16 mask = FirstLanes(count - j0);
 #pragma GCC unroll 3
     for (int h = 0; h < NQ; ++h) {
       __m512* v = level1[h];
@@ -239,41 +242,44 @@ PD_AVX512 void TransposedScoresVecDot(const float* key_blocks, int64_t count,
     for (int i = 0; i < 4; ++i) lane[i] = _mm512_add_ps(lane[i + 4], lane[i]);
     const __m512 sums = _mm512_add_ps(_mm512_add_ps(lane[0], lane[2]),
                                       _mm512_add_ps(lane[1], lane[3]));
-    const int64_t left = count - j0;
-    const __mmask16 mask = left >= kLanes
-                               ? static_cast<__mmask16>(0xFFFF)
-                               : static_cast<__mmask16>((1u << left) - 1);
+    const __mmask16 mask = FirstLanes(count - j0);
     _mm512_mask_storeu_ps(out + j0, mask, _mm512_mul_ps(sums, scale16));
   }
 }
 
-// The kernels above for one head size: up to three queries per call.
+// The kernels above for one head size and any number of queries: three at
+// a time for tinyBLAS, one at a time for vec_dot (C a multiple of 4).
 template <int C>
-PD_AVX512 void TransposedScores(bool vec_dot, const float* key_blocks,
-                                int64_t count, int nq, const float* q,
-                                int64_t q_stride, float scale, float* out,
-                                int64_t out_stride) {
-  for (int h = 0; h < nq;) {
-    const float* qh = q + h * q_stride;
-    float* oh = out + h * out_stride;
-    if (vec_dot) {
-      if constexpr (C % 4 == 0) {
-        TransposedScoresVecDot<C>(key_blocks, count, qh, scale, oh);
-      }
-      h += 1;
-    } else if (nq - h >= 3) {
-      TransposedScoresTinyBlas<3, C>(key_blocks, count, qh, q_stride, scale, oh,
-                                     out_stride);
-      h += 3;
-    } else if (nq - h == 2) {
-      TransposedScoresTinyBlas<2, C>(key_blocks, count, qh, q_stride, scale, oh,
-                                     out_stride);
-      h += 2;
-    } else {
-      TransposedScoresTinyBlas<1, C>(key_blocks, count, qh, q_stride, scale, oh,
-                                     out_stride);
-      h += 1;
-    }
+PD_AVX512 void TransposedScoresTinyBlasAll(const float* key_blocks,
+                                           int64_t count, int nq,
+                                           const float* q, int64_t q_stride,
+                                           float scale, float* out,
+                                           int64_t out_stride) {
+  int h = 0;
+  for (; h + 3 <= nq; h += 3) {
+    TransposedScoresTinyBlas<3, C>(key_blocks, count, q + h * q_stride,
+                                   q_stride, scale, out + h * out_stride,
+                                   out_stride);
+  }
+  if (nq - h == 2) {
+    TransposedScoresTinyBlas<2, C>(key_blocks, count, q + h * q_stride,
+                                   q_stride, scale, out + h * out_stride,
+                                   out_stride);
+  } else if (nq - h == 1) {
+    TransposedScoresTinyBlas<1, C>(key_blocks, count, q + h * q_stride,
+                                   q_stride, scale, out + h * out_stride,
+                                   out_stride);
+  }
+}
+
+template <int C>
+PD_AVX512 void TransposedScoresVecDotAll(const float* key_blocks, int64_t count,
+                                         int nq, const float* q,
+                                         int64_t q_stride, float scale,
+                                         float* out, int64_t out_stride) {
+  for (int h = 0; h < nq; ++h) {
+    TransposedScoresVecDot<C>(key_blocks, count, q + h * q_stride, scale,
+                              out + h * out_stride);
   }
 }
 
@@ -284,7 +290,7 @@ PD_AVX512 float MaxScoreAvx512(int64_t n, const float* x) {
     m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
   }
   if (i < n) {
-    const __mmask16 rest = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 rest = FirstLanes(n - i);
     m = _mm512_mask_max_ps(m, rest, m, _mm512_maskz_loadu_ps(rest, x + i));
   }
   return _mm512_reduce_max_ps(m);
@@ -293,9 +299,7 @@ PD_AVX512 float MaxScoreAvx512(int64_t n, const float* x) {
 PD_AVX512 void ScaleToF16PrecisionAvx512(int64_t n, float scale, float* x) {
   const __m512 s = _mm512_set1_ps(scale);
   for (int64_t i = 0; i < n; i += kLanes) {
-    const __mmask16 m = n - i >= kLanes
-                            ? static_cast<__mmask16>(0xFFFF)
-                            : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 m = FirstLanes(n - i);
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), s);
     const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
     _mm512_mask_storeu_ps(x + i, m, _mm512_maskz_cvtph_ps(m, h));
@@ -377,12 +381,12 @@ struct FloatRows {
   const float* base;
   int d;
   int64_t rows_per_slot;  // see WeightedRowSumWidened
-  int64_t Row(int64_t j) const {
-    return (j % kLanes) * rows_per_slot + j / kLanes;
+  float At(int64_t j, int i) const {
+    return base[SlotMajorRow(j, rows_per_slot) * d + i];
   }
-  float At(int64_t j, int i) const { return base[Row(j) * d + i]; }
   PD_AVX512 __m512 Load16(int64_t j, int c) const {
-    return _mm512_loadu_ps(base + Row(j) * d + c * kLanes);
+    return _mm512_loadu_ps(base + SlotMajorRow(j, rows_per_slot) * d +
+                           c * kLanes);
   }
 };
 
@@ -488,24 +492,24 @@ PD_AVX512 void AccumulateRowsAvx512(int slots, int64_t n, const float* p,
   }
 }
 
-// WeightedRowSumWidened's sums for d = C * 16, NQ rows at a time.
+// WeightedRowSumWidened's sums for d = C * 16, up to three rows at a time.
 template <int C>
 void AccumulateWidened(int slots, int64_t n, int nq, const float* p,
                        int64_t p_stride, const FloatRows& rows, float* out,
                        int64_t out_stride) {
-  constexpr int kMost = 24 / C < 3 ? 24 / C : 3;
+  static_assert(3 * C <= 24, "three rows' sums must fit the registers");
   const int64_t acc_stride = int64_t{slots} * kLanes * C * kLanes;
   std::vector<float>& acc = Scratch();
   for (int h0 = 0; h0 < nq;) {
-    const int take = std::min(nq - h0, kMost);
+    const int take = std::min(nq - h0, 3);
     acc.assign(take * acc_stride, 0.0f);
     const float* ph = p + h0 * p_stride;
     if (take == 3) {
-      AccumulateRowsAvx512<(kMost >= 3 ? 3 : 1), C>(
-          slots, n, ph, p_stride, rows, acc.data(), acc_stride);
+      AccumulateRowsAvx512<3, C>(slots, n, ph, p_stride, rows, acc.data(),
+                                 acc_stride);
     } else if (take == 2) {
-      AccumulateRowsAvx512<(kMost >= 2 ? 2 : 1), C>(
-          slots, n, ph, p_stride, rows, acc.data(), acc_stride);
+      AccumulateRowsAvx512<2, C>(slots, n, ph, p_stride, rows, acc.data(),
+                                 acc_stride);
     } else {
       AccumulateRowsAvx512<1, C>(slots, n, ph, p_stride, rows, acc.data(),
                                  acc_stride);
@@ -700,24 +704,33 @@ void DotF16ManyTransposed(F16DotOrder order, int d, const float* key_blocks,
                           int64_t count, int nq, const float* q,
                           int64_t q_stride, float scale, float* out,
                           int64_t out_stride) {
-  const bool vec_dot = order == F16DotOrder::kVecDot;
-  // Head sizes with a kernel: 64, 80, 96, 128 (vec_dot: 64, 128).
-  using Kernel = void (*)(bool, const float*, int64_t, int, const float*,
-                          int64_t, float, float*, int64_t);
-  static constexpr Kernel kByChunks[] = {nullptr,
+  // Kernels by d / 16: tinyBLAS for head sizes 64, 80, 96 and 128, vec_dot
+  // (whole chunks of 64) for 64 and 128.
+  using Kernel = void (*)(const float*, int64_t, int, const float*, int64_t,
+                          float, float*, int64_t);
+  static constexpr Kernel kTinyBlas[] = {nullptr,
                                          nullptr,
                                          nullptr,
                                          nullptr,
-                                         TransposedScores<4>,
-                                         TransposedScores<5>,
-                                         TransposedScores<6>,
+                                         TransposedScoresTinyBlasAll<4>,
+                                         TransposedScoresTinyBlasAll<5>,
+                                         TransposedScoresTinyBlasAll<6>,
                                          nullptr,
-                                         TransposedScores<8>};
+                                         TransposedScoresTinyBlasAll<8>};
+  static constexpr Kernel kVecDot[] = {nullptr,
+                                       nullptr,
+                                       nullptr,
+                                       nullptr,
+                                       TransposedScoresVecDotAll<4>,
+                                       nullptr,
+                                       nullptr,
+                                       nullptr,
+                                       TransposedScoresVecDotAll<8>};
+  const Kernel* table = order == F16DotOrder::kVecDot ? kVecDot : kTinyBlas;
   const int chunks = d / kLanes;
-  if (HaveAvx512() && d % (vec_dot ? 64 : kLanes) == 0 && chunks < 9 &&
-      kByChunks[chunks] != nullptr) {
-    kByChunks[chunks](vec_dot, key_blocks, count, nq, q, q_stride, scale, out,
-                      out_stride);
+  if (HaveAvx512() && d % kLanes == 0 && chunks < 9 &&
+      table[chunks] != nullptr) {
+    table[chunks](key_blocks, count, nq, q, q_stride, scale, out, out_stride);
     return;
   }
   DotF16ManyTransposedPortable(order, d, key_blocks, count, nq, q, q_stride,
@@ -734,8 +747,9 @@ void DotF16ManyTransposedPortable(F16DotOrder order, int d,
   for (int h = 0; h < nq; ++h) {
     Fp32ToFp16Row(q + h * q_stride, d, query.data());
     for (int64_t j = 0; j < count; ++j) {
-      const float* block = key_blocks + j / kLanes * kLanes * d + j % kLanes;
-      for (int e = 0; e < d; ++e) key[e] = Fp32ToFp16(block[e * kLanes]);
+      for (int e = 0; e < d; ++e) {
+        key[e] = Fp32ToFp16(key_blocks[KeyBlockIndex(j, e, d)]);
+      }
       out[h * out_stride + j] =
           DotF16(order, d, key.data(), query.data()) * scale;
     }

@@ -66,15 +66,20 @@ void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
 // instead of once per query: the same floats as DotF16Many and
 // WeightedRowSumF16 on the fp16 rows they were widened from, bit for bit.
 //
-// Layouts, with 16 = the AVX-512 float lanes:
-//  - key blocks: keys in blocks of 16, each block [d][16] (element e of key
-//    j at key_blocks[(j / 16) * 16 * d + e * 16 + j % 16]), so that 16 keys'
+// Layouts, with 16 = the AVX-512 float lanes (KeyBlockIndex, SlotMajorRow):
+//  - key blocks: keys in blocks of 16, each block [d][16], so that 16 keys'
 //    sums fill one register and a block is read front to back; the last
-//    block is padded (its extra keys are read and their scores dropped);
-//  - slot-major values: row j at values + ((j % 16) * rows_per_slot +
-//    j / 16) * d, rows_per_slot >= ceil(n / 16), so that the rows one
-//    tinyBLAS lane slot sums (every 16th) are contiguous.
+//    block is padded (its extra keys are read and their scores dropped:
+//    keep them finite, ideally zero);
+//  - slot-major values: rows_per_slot >= ceil(n / 16) rows per slot, so
+//    that the rows one tinyBLAS lane slot sums (every 16th) are contiguous.
 // All values must be fp16 values widened.
+inline int64_t KeyBlockIndex(int64_t j, int e, int d) {
+  return j / 16 * 16 * d + e * 16 + j % 16;  // key j, element e
+}
+inline int64_t SlotMajorRow(int64_t j, int64_t rows_per_slot) {
+  return j % 16 * rows_per_slot + j / 16;  // value row j (times d: offset)
+}
 //
 // DotF16ManyTransposed: for each of nq queries h (q + h * q_stride, the
 // fp16 query widened) and j < count, out[h * out_stride + j] =

@@ -802,12 +802,6 @@ std::unique_ptr<PackedMatrix> PackedMatrix::Pack(GgmlType weight_type,
   return m;
 }
 
-void PackedMatrix::MatVec(int64_t row_begin, int64_t row_end,
-                          const void* activation, float* out) const {
-  internal::MatVecPacked(type_, bytes_.data(), n_, row_begin, row_end,
-                         static_cast<const uint8_t*>(activation), out);
-}
-
 void PackedMatrix::MatMul(int64_t row_begin, int64_t row_end,
                           const void* activations, int n_tokens, float* out,
                           int64_t out_stride) const {

@@ -108,14 +108,14 @@ void MatMulRows(model::GgmlType weight_type, const void* weights, int64_t n,
 // packed form (AVX-512 VNNI; Q4_0, Q4_1 and Q8_0 today): rows in groups of
 // 16, each group's block headers and quants laid out as 16-lane vectors
 // (kernels/matmul_avx512.h), the size of the original (Q8_0: 6% more).
-// MatVec's and MatMul's results equal MatMulRows' bit for bit; they just need
-// no shuffles: decode streams the weights at close to memory speed, and
+// MatMul's results equal MatMulRows' bit for bit; it just needs no
+// shuffles: decode streams the weights at close to memory speed, and
 // prefill and batched decode spend their instructions on the products (each
 // block is unpacked once per two tokens, then one broadcast vpdpbusd,
 // convert and multiply-add per ggml lane covers 16 rows).
 //
 // Ownership: owns its copy of the weights. Thread-safety: immutable after
-// Pack; concurrent MatVec calls on disjoint row ranges are safe.
+// Pack; concurrent MatMul calls on disjoint row ranges are safe.
 class PackedMatrix {
  public:
   // Empty when there is no packed kernel for this type on this CPU, or
@@ -124,18 +124,13 @@ class PackedMatrix {
                                             const void* weights, int64_t rows,
                                             int64_t n);
 
-  // Row ranges given to MatVec start at a multiple of this.
+  // Row ranges given to MatMul start at a multiple of this.
   static constexpr int64_t kRowGrain = 16;
 
-  // out[r] = VecDot(weight_type, row r, activation, n), r in
-  // [row_begin, row_end); `activation` is one row quantized to
-  // VecDotType(weight_type).
-  void MatVec(int64_t row_begin, int64_t row_end, const void* activation,
-              float* out) const;
-
-  // MatMulRows' contract (out[t * out_stride + r] for r in [row_begin,
-  // row_end), t < n_tokens) on the packed rows, row_begin a multiple of
-  // kRowGrain.
+  // MatMulRows' contract (out[t * out_stride + r] = VecDot(weight_type,
+  // row r, activation t, n) for r in [row_begin, row_end), t < n_tokens)
+  // on the packed rows, row_begin a multiple of kRowGrain. One token streams
+  // the rows (decode's matrix-vector product); more take two at a time.
   void MatMul(int64_t row_begin, int64_t row_end, const void* activations,
               int n_tokens, float* out, int64_t out_stride) const;
 

@@ -1055,7 +1055,7 @@ TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
       for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
                {0, rows}, {16, 45}, {32, 33}, {0, 16}}) {
         std::vector<float> out(rows + 1, -7.0f);
-        packed->MatVec(begin, end, a.data(), out.data());
+        packed->MatMul(begin, end, a.data(), 1, out.data(), rows + 1);
         for (int64_t r = 0; r <= rows; ++r) {
           if (r < begin || r >= end) {
             ASSERT_EQ(out[r], -7.0f) << "wrote outside the range: " << r;
