@@ -7,9 +7,9 @@
 //   - read bandwidth of this machine's memory with the engine's threads (a
 //     parallel sum over a buffer much larger than the caches);
 //   - prefill tokens/s for prompts of 128 and 512 tokens (no prefix cache);
-//   - single-stream decode tokens/s (128 tokens after a 16-token prompt),
-//     and its ratio to the decode roofline: bandwidth / bytes of weights
-//     one decode step reads;
+//   - single-stream decode tokens/s (128 tokens after a 16-token prompt;
+//     --decode_prompt_tokens for a longer context), and its ratio to the decode
+//     roofline: bandwidth / bytes of weights one decode step reads;
 //   - batched decode: aggregate tokens/s of B sequences decoding together,
 //     B in {1, 8, 32, 64}.
 // Prints a table and writes JSON (--json_out). Token ids are synthetic
@@ -42,6 +42,9 @@ ABSL_FLAG(std::string, model, "", "GGUF model (default: the default model)");
 ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
 ABSL_FLAG(int32_t, runs, 5, "Runs per measurement (the median is reported)");
 ABSL_FLAG(std::string, json_out, "", "Write the results as JSON here");
+ABSL_FLAG(int32_t, decode_prompt_tokens, 16,
+          "Prompt length before the decode measures: decode attention grows "
+          "with the context, so a long prompt shows its share");
 ABSL_FLAG(std::string, only, "",
           "Run only these parts (comma-separated: prefill, decode, batched), "
           "e.g. to profile one; the table then shows 0 for the others");
@@ -196,14 +199,17 @@ int Main() {
     (len == 128 ? r.prefill_128 : r.prefill_512) = Median(samples);
   }
 
-  // Decode: B sequences with 16-token prompts, then `steps` greedy steps
-  // all in one batch per step.
+  // Decode: B sequences with --decode_prompt_tokens-token prompts, then
+  // `steps` greedy steps all in one batch per step.
+  const int decode_prompt_tokens =
+      std::max(1, absl::GetFlag(FLAGS_decode_prompt_tokens));
   auto decode = [&](int batch, int steps, int salt) -> double {
     std::vector<engine::SeqId> ids;
     std::vector<int32_t> next;
     for (int b = 0; b < batch; ++b) {
       const engine::SeqId id = next_id++;
-      const std::vector<int32_t> prompt = Tokens(16, salt * 1000 + b, vocab);
+      const std::vector<int32_t> prompt =
+          Tokens(decode_prompt_tokens, salt * 1000 + b, vocab);
       auto out = runner.Prefill({{id, prompt}});
       if (!out.ok()) return -1;
       ids.push_back(id);
