@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
 
 namespace pdserve::engine {
 
@@ -33,6 +34,12 @@ BlockPool::BlockPool(int32_t num_blocks)
 }
 
 absl::StatusOr<std::vector<BlockId>> BlockPool::Allocate(int32_t n) {
+  std::vector<BlockId> ids;
+  PD_RETURN_IF_ERROR(AllocateInto(n, &ids));
+  return ids;
+}
+
+absl::Status BlockPool::AllocateInto(int32_t n, std::vector<BlockId>* out) {
   if (n < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("BlockPool::Allocate: n must be >= 0, got ", n));
@@ -44,16 +51,14 @@ absl::StatusOr<std::vector<BlockId>> BlockPool::Allocate(int32_t n) {
         absl::StrCat("BlockPool::Allocate: requested ", n, " blocks, ",
                      num_free, " of ", num_total_, " free"));
   }
-  std::vector<BlockId> ids;
-  ids.reserve(n);
   for (int32_t i = 0; i < n; ++i) {
     std::pop_heap(free_heap_.begin(), free_heap_.end(), std::greater<>());
     const BlockId id = free_heap_.back();
     free_heap_.pop_back();
     ref_counts_[id] = 1;
-    ids.push_back(id);
+    out->push_back(id);
   }
-  return ids;
+  return absl::OkStatus();
 }
 
 absl::Status BlockPool::Ref(BlockId id) {

@@ -57,6 +57,10 @@ class BlockPool {
   // allocated. INVALID_ARGUMENT when n < 0.
   absl::StatusOr<std::vector<BlockId>> Allocate(int32_t n)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The same, appending the ids to `out` (on error `out` is unchanged): a
+  // block table with room for them grows without allocating.
+  absl::Status AllocateInto(int32_t n, std::vector<BlockId>* out)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Adds one reference to an allocated block (e.g. a sequence sharing
   // another's prefix). OUT_OF_RANGE for an id outside [0, num_total()),

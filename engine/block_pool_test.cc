@@ -46,6 +46,23 @@ TEST(BlockPoolTest, FreshPoolIsAllFree) {
   EXPECT_EQ(pool->ref_count(8), 0);
 }
 
+TEST(BlockPoolTest, AllocateIntoAppendsInPlaceAndLeavesTheTableOnError) {
+  std::unique_ptr<BlockPool> pool = MakePool(4);
+  ASSERT_NE(pool, nullptr);
+  std::vector<BlockId> table = {7};  // ids already held, from elsewhere
+  table.reserve(8);
+  const BlockId* storage = table.data();
+  ASSERT_TRUE(pool->AllocateInto(3, &table).ok());
+  EXPECT_THAT(table, ElementsAre(7, 0, 1, 2));
+  EXPECT_EQ(table.data(), storage) << "grew within the reserved room";
+  const absl::Status too_many = pool->AllocateInto(2, &table);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(table, ElementsAre(7, 0, 1, 2));
+  EXPECT_EQ(pool->num_free(), 1);
+  EXPECT_EQ(pool->AllocateInto(-1, &table).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(BlockPoolTest, AllocatesLowestIdsFirstUntilFull) {
   std::unique_ptr<BlockPool> pool = MakePool(5);
   ASSERT_NE(pool, nullptr);

@@ -69,8 +69,19 @@ KvBlockManager::KvBlockManager(const KvBlockManagerOptions& options,
                                ? static_cast<size_t>(options.max_pending_events)
                                : 4 * static_cast<size_t>(options.num_blocks),
                            2 * (static_cast<size_t>(options.num_blocks) + 1))),
+      max_blocks_per_sequence_(
+          std::clamp(options.max_blocks_per_sequence, 0, options.num_blocks)),
       pool_(std::move(pool)),
-      blocks_(options.num_blocks) {}
+      blocks_(options.num_blocks) {
+  // Room for everything decode can add, so that a token that fills or starts
+  // a block allocates nothing: the cache holds at most one entry per block,
+  // and the event queue is bounded (it empties in place, see TakeEvents).
+  if (enable_prefix_cache_) {
+    absl::MutexLock lock(&mu_);
+    cache_.reserve(num_total_);
+    events_.reserve(max_pending_events_ + 1);
+  }
+}
 
 int32_t KvBlockManager::BlocksForTokens(int32_t tokens) const {
   return static_cast<int32_t>((int64_t{tokens} + block_size_ - 1) /
@@ -99,6 +110,7 @@ absl::StatusOr<int32_t> KvBlockManager::AddSequence(
         "KvBlockManager::AddSequence: sequence ", id, " already exists"));
   }
   Sequence seq;
+  seq.blocks.reserve(max_blocks_per_sequence_);
   if (enable_prefix_cache_) {
     // At least the last prompt token must be computed, so a prompt that is
     // an exact multiple of block_size can reuse all blocks but the last.
@@ -169,17 +181,16 @@ absl::Status KvBlockManager::Reserve(SeqId id, int32_t total_tokens) {
         num_evictable_, " evictable) of ", num_total_));
   }
   for (int32_t i = unallocated; i < needed; ++i) EvictOneLocked();
-  absl::StatusOr<std::vector<BlockId>> fresh = pool_->Allocate(needed);
-  if (!fresh.ok()) {
+  const size_t first_fresh = seq.blocks.size();
+  const absl::Status allocated = pool_->AllocateInto(needed, &seq.blocks);
+  if (!allocated.ok()) {
     // Unreachable while the invariants hold: enough blocks were just freed.
-    NoteInternalError(fresh.status());
-    return absl::InternalError(
-        absl::StrCat("KvBlockManager::Reserve: sequence ", id, ": ",
-                     fresh.status().message()));
+    NoteInternalError(allocated);
+    return absl::InternalError(absl::StrCat(
+        "KvBlockManager::Reserve: sequence ", id, ": ", allocated.message()));
   }
-  for (const BlockId b : *fresh) {
-    blocks_[b].seq_refs = 1;
-    seq.blocks.push_back(b);
+  for (size_t i = first_fresh; i < seq.blocks.size(); ++i) {
+    blocks_[seq.blocks[i]].seq_refs = 1;
   }
   return absl::OkStatus();
 }
@@ -346,8 +357,10 @@ std::vector<uint64_t> KvBlockManager::ChainKeys(
 
 std::vector<PrefixCacheEvent> KvBlockManager::TakeEvents() {
   absl::MutexLock lock(&mu_);
-  std::vector<PrefixCacheEvent> taken;
-  taken.swap(events_);
+  // A copy, not a swap: the queue keeps the room reserved for it, and the
+  // allocation falls on the caller (a status poll), not on a decode step.
+  std::vector<PrefixCacheEvent> taken(events_.begin(), events_.end());
+  events_.clear();
   return taken;
 }
 

@@ -70,6 +70,10 @@ struct KvBlockManagerOptions {
   // least 2 * (num_blocks + 1) so that an overflow snapshot (at most
   // num_blocks + 1 events) leaves room and overflows stay rare.
   int32_t max_pending_events = 0;
+  // Block-table entries reserved for each sequence as it is added (the
+  // model's context in blocks), so that decoding up to the context grows no
+  // table; 0 lets tables grow as they fill.
+  int32_t max_blocks_per_sequence = 0;
 };
 
 // A change to the prefix cache, in the order it happened.
@@ -263,6 +267,7 @@ class KvBlockManager {
   const int32_t block_size_;
   const bool enable_prefix_cache_;
   const size_t max_pending_events_;
+  const int32_t max_blocks_per_sequence_;
 
   mutable absl::Mutex mu_;
   const std::unique_ptr<BlockPool> pool_ ABSL_PT_GUARDED_BY(mu_);

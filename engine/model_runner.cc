@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   block_options.num_blocks = static_cast<int32_t>(num_blocks);
   block_options.block_size = options.block_size;
   block_options.enable_prefix_cache = options.enable_prefix_cache;
+  block_options.max_blocks_per_sequence = r->ContextBlocks();
   PD_ASSIGN_OR_RETURN(r->blocks_, KvBlockManager::Create(block_options));
   return r;
 }
@@ -76,7 +77,10 @@ absl::StatusOr<int32_t> ModelRunner::AddSequence(
   }
   PD_ASSIGN_OR_RETURN(int32_t cached, blocks_->AddSequence(id, prompt));
   Sequence& s = seqs_[id];
-  ReserveTokens(s, prompt.size() + 1);
+  // Room for the whole context (4 bytes a token, against this model's KV
+  // of kilobytes a token), so that appending a token never allocates; vLLM
+  // keeps its token ids the same way.
+  s.tokens.reserve(context_length());
   s.tokens.assign(prompt.begin(), prompt.end());
   s.num_computed = cached;
   s.prompt_length =
@@ -99,16 +103,8 @@ absl::Status ModelRunner::AppendToken(SeqId id, int32_t token) {
     return absl::OutOfRangeError(absl::StrCat(
         "sequence ", id, " has reached the context length ", context_length()));
   }
-  ReserveTokens(it->second, it->second.tokens.size() + 1);
-  it->second.tokens.push_back(token);
+  it->second.tokens.push_back(token);  // within the reserved context
   return absl::OkStatus();
-}
-
-void ModelRunner::ReserveTokens(Sequence& s, size_t size) {
-  if (size <= s.tokens.capacity()) return;
-  const size_t block = options_.block_size;
-  const size_t want = std::max(size, 2 * s.tokens.size());
-  s.tokens.reserve((want + block - 1) / block * block);
 }
 
 void ModelRunner::Release(SeqId id) {
@@ -155,7 +151,15 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
   ForwardBatch& batch = batch_;
   batch.chunks.clear();
   batch.on_layer_done = on_layer_done;
-  table_scratch_.resize(std::max(table_scratch_.size(), items.size()));
+  if (items.size() > table_scratch_.size()) {
+    const size_t old_size = table_scratch_.size();
+    table_scratch_.resize(items.size());
+    // Room for a whole context's table: a copy one block longer than the
+    // last step's then allocates nothing.
+    for (size_t i = old_size; i < items.size(); ++i) {
+      table_scratch_[i].reserve(ContextBlocks());
+    }
+  }
   for (size_t i = 0; i < items.size(); ++i) {
     const StepItem& item = items[i];
     const Sequence& s = seqs_[item.id];

@@ -150,6 +150,10 @@ class ModelRunner {
   const model::Model& model() const { return model_; }
   int32_t vocab_size() const { return model_.config().vocab_size; }
   int32_t context_length() const { return model_.config().context_length; }
+  // Blocks that hold a whole context.
+  int32_t ContextBlocks() const {
+    return (context_length() + options_.block_size - 1) / options_.block_size;
+  }
   int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
   int num_threads() const { return backend_->num_threads(); }
   KvBlockManager& blocks() { return *blocks_; }
@@ -168,12 +172,6 @@ class ModelRunner {
 
   ModelRunner(const model::Model& model, const ModelRunnerOptions& options)
       : model_(model), options_(options) {}
-
-  // Grows a sequence's token capacity only when a token starts a new KV
-  // block, to a whole number of blocks: together with the scratch below, a
-  // decode step allocates nothing except where a block starts or fills
-  // (block tables, prefix-cache entries).
-  void ReserveTokens(Sequence& s, size_t size);
 
   const model::Model& model_;
   const ModelRunnerOptions options_;
