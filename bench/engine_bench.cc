@@ -43,8 +43,9 @@ ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
 ABSL_FLAG(int32_t, runs, 5, "Runs per measurement (the median is reported)");
 ABSL_FLAG(std::string, json_out, "", "Write the results as JSON here");
 ABSL_FLAG(int32_t, decode_prompt_tokens, 16,
-          "Prompt length before the decode measures: decode attention grows "
-          "with the context, so a long prompt shows its share");
+          "Prompt length before the decode measures (single stream and "
+          "batched): decode attention grows with the context, so a long "
+          "prompt shows its share");
 ABSL_FLAG(std::string, only, "",
           "Run only these parts (comma-separated: prefill, decode, batched), "
           "e.g. to profile one; the table then shows 0 for the others");
@@ -203,6 +204,12 @@ int Main() {
   // `steps` greedy steps all in one batch per step.
   const int decode_prompt_tokens =
       std::max(1, absl::GetFlag(FLAGS_decode_prompt_tokens));
+  if (decode_prompt_tokens + 128 >= m.config().context_length) {
+    std::cerr << "engine_bench: --decode_prompt_tokens=" << decode_prompt_tokens
+              << " leaves no room for 128 decode steps in the context of "
+              << m.config().context_length << " tokens\n";
+    return 1;
+  }
   auto decode = [&](int batch, int steps, int salt) -> double {
     std::vector<engine::SeqId> ids;
     std::vector<int32_t> next;
@@ -246,15 +253,17 @@ int Main() {
   }
 
   std::cout << absl::StrFormat(
-      "model %s (%s), %d threads, median of %d runs\n"
+      "model %s (%s), %d threads, median of %d runs, decode after a "
+      "%d-token prompt\n"
       "memory read bandwidth      %8.1f GB/s\n"
       "decode roofline            %8.1f tokens/s (%.1f MB read per token)\n"
       "prefill, 128-token prompt  %8.1f tokens/s\n"
       "prefill, 512-token prompt  %8.1f tokens/s\n"
       "decode, single stream      %8.1f tokens/s (%.2f of the roofline)\n",
-      m.name(), m.quantization(), runner.num_threads(), runs, r.bandwidth_gbps,
-      r.roofline, step_bytes / 1e6, r.prefill_128, r.prefill_512,
-      r.decode_single, r.decode_single / r.roofline);
+      m.name(), m.quantization(), runner.num_threads(), runs,
+      decode_prompt_tokens, r.bandwidth_gbps, r.roofline, step_bytes / 1e6,
+      r.prefill_128, r.prefill_512, r.decode_single,
+      r.decode_single / r.roofline);
   for (const auto& [batch, tps] : r.batched) {
     std::cout << absl::StrFormat(
         "decode, batch %-3d          %8.1f tokens/s aggregate (%.1fx batch "
@@ -266,13 +275,15 @@ int Main() {
     std::ofstream out(json_path);
     out << absl::StrFormat(
         "{\"model\": \"%s\", \"quantization\": \"%s\", \"threads\": %d, "
-        "\"runs\": %d, \"bandwidth_gbps\": %.3f, \"decode_roofline_tps\": "
+        "\"runs\": %d, \"decode_prompt_tokens\": %d, \"bandwidth_gbps\": "
+        "%.3f, \"decode_roofline_tps\": "
         "%.3f, \"bytes_per_decode_step\": %.0f, \"prefill_128_tps\": %.3f, "
         "\"prefill_512_tps\": %.3f, \"decode_single_tps\": %.3f, "
         "\"decode_roofline_ratio\": %.4f, \"batched_decode_tps\": {",
         m.name(), m.quantization(), runner.num_threads(), runs,
-        r.bandwidth_gbps, r.roofline, step_bytes, r.prefill_128, r.prefill_512,
-        r.decode_single, r.decode_single / r.roofline);
+        decode_prompt_tokens, r.bandwidth_gbps, r.roofline, step_bytes,
+        r.prefill_128, r.prefill_512, r.decode_single,
+        r.decode_single / r.roofline);
     std::vector<std::string> parts;
     for (const auto& [batch, tps] : r.batched) {
       parts.push_back(absl::StrFormat("\"%d\": %.3f", batch, tps));

@@ -35,6 +35,7 @@ BlockPool::BlockPool(int32_t num_blocks)
 
 absl::StatusOr<std::vector<BlockId>> BlockPool::Allocate(int32_t n) {
   std::vector<BlockId> ids;
+  if (n > 0) ids.reserve(n);
   PD_RETURN_IF_ERROR(AllocateInto(n, &ids));
   return ids;
 }
@@ -88,9 +89,15 @@ absl::Status BlockPool::Release(absl::Span<const BlockId> ids) {
     }
   }
   // Count how many references each distinct id drops, so that a block listed
-  // k times is checked against its count once.
-  std::vector<BlockId> sorted(ids.begin(), ids.end());
-  std::sort(sorted.begin(), sorted.end());
+  // k times is checked against its count once. One id (an eviction during a
+  // decode step) is its own sorted list: no copy, no allocation.
+  std::vector<BlockId> sorted_copy;
+  if (ids.size() > 1) {
+    sorted_copy.assign(ids.begin(), ids.end());
+    std::sort(sorted_copy.begin(), sorted_copy.end());
+  }
+  const absl::Span<const BlockId> sorted =
+      ids.size() > 1 ? absl::MakeConstSpan(sorted_copy) : ids;
 
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < sorted.size();) {

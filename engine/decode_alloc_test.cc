@@ -2,11 +2,14 @@
 // token starts or completes a KV block: the step's bookkeeping, the forward
 // pass's buffers and the attention threads' scratch are reused, token ids
 // and block tables have room for the context from the start, and the
-// prefix cache's map and event queue for every block of the pool. Counted
-// with a replaced global operator new, so this test has a binary of its own.
+// prefix cache's map and event queue for every block of the pool (also
+// after evictions and a cache clear). Counted with a replaced global
+// operator new, so this test has a binary of its own.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -55,47 +58,92 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept {
 namespace pdserve::engine {
 namespace {
 
-TEST(DecodeAllocationTest, WarmStepsAllocateNothing) {
+std::unique_ptr<model::Model> TinyModel() {
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string path =
       std::string(dir != nullptr ? dir : "/tmp") + "/decode_alloc_test.gguf";
   absl::StatusOr<model::TinyModelOptions> preset =
       model::TinyModelPreset("llama-q4_1");
-  ASSERT_TRUE(preset.ok()) << preset.status();
-  ASSERT_TRUE(model::WriteTinyModel(*preset, path).ok());
+  if (!preset.ok() || !model::WriteTinyModel(*preset, path).ok()) return {};
   absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Open(path);
-  ASSERT_TRUE(m.ok()) << m.status();
-  ModelRunnerOptions o;
-  o.num_threads = 2;
-  absl::StatusOr<std::unique_ptr<ModelRunner>> created =
-      ModelRunner::Create(**m, o);
-  ASSERT_TRUE(created.ok()) << created.status();
-  ModelRunner& runner = **created;
-  const int32_t block = o.block_size;
+  return m.ok() ? *std::move(m) : nullptr;
+}
 
-  ASSERT_TRUE(o.enable_prefix_cache);  // its map and events are exercised
-  // Three sequences with 20-token prompts decode 80 steps together: five
-  // blocks fill and five start on the way.
+// Three sequences with 20-token prompts (ids 1-3) decode `steps` steps
+// together; every step after the first (which sizes the buffers) must
+// allocate nothing. `between_steps(step)` runs before each step, uncounted.
+// Returns how many steps added a token that starts or fills a block.
+int DecodeWithoutAllocating(ModelRunner& runner, int steps,
+                            const std::function<void(int)>& between_steps) {
+  const int32_t block = runner.blocks().block_size();
   const std::vector<SeqId> ids = {1, 2, 3};
   for (SeqId id : ids) {
     const std::vector<int32_t> prompt(20, static_cast<int32_t>(id) + 3);
-    ASSERT_TRUE(runner.Prefill({{id, prompt}}).ok());
+    EXPECT_TRUE(runner.Prefill({{id, prompt}}).ok());
   }
   const std::vector<int32_t> next = {5, 6, 7};
   std::vector<float> logits;
   int block_boundaries = 0;
-  for (int step = 0; step < 80; ++step) {
+  for (int step = 0; step < steps; ++step) {
     const int32_t pos = 20 + step;  // position of the token this step adds
+    between_steps(step);
     const int64_t before = g_allocations.load();
-    ASSERT_TRUE(runner.Decode(ids, next, &logits).ok());
+    const absl::Status decoded = runner.Decode(ids, next, &logits);
     const int64_t allocations = g_allocations.load() - before;
-    if (step == 0) continue;  // the first step sizes the buffers
+    EXPECT_TRUE(decoded.ok()) << decoded;
+    if (!decoded.ok()) break;
+    if (step == 0) continue;
     EXPECT_EQ(allocations, 0)
         << "decode step " << step << " (position " << pos << ") allocated";
     // A block starts at pos % block == 0 and fills at block - 1.
     if (pos % block == 0 || pos % block == block - 1) ++block_boundaries;
   }
-  EXPECT_GE(block_boundaries, 8);  // the boundaries were crossed
+  return block_boundaries;
+}
+
+TEST(DecodeAllocationTest, WarmStepsAllocateNothing) {
+  std::unique_ptr<model::Model> m = TinyModel();
+  ASSERT_NE(m, nullptr);
+  ModelRunnerOptions o;
+  o.num_threads = 2;
+  ASSERT_TRUE(o.enable_prefix_cache);  // its map and events are exercised
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+      ModelRunner::Create(*m, o);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  // 80 steps: five blocks fill and five start on the way.
+  EXPECT_EQ(DecodeWithoutAllocating(**runner, 80, [](int) {}), 10);
+}
+
+// The same on a pool so small that blocks come from evicting cached ones,
+// with the events taken and the cache cleared along the way.
+TEST(DecodeAllocationTest, EvictionsAndACacheClearAllocateNothingEither) {
+  std::unique_ptr<model::Model> m = TinyModel();
+  ASSERT_NE(m, nullptr);
+  ModelRunnerOptions o;
+  o.num_threads = 2;
+  o.num_blocks = 20;
+  absl::StatusOr<std::unique_ptr<ModelRunner>> created =
+      ModelRunner::Create(*m, o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ModelRunner& runner = **created;
+  // Two finished 40-token sequences leave 4 full blocks cached and
+  // evictable, 16 unallocated. The three decoding sequences need 18 blocks
+  // from position 80 on, so two come from evictions.
+  for (SeqId id : {11, 12}) {
+    const std::vector<int32_t> prompt(40, static_cast<int32_t>(id));
+    ASSERT_TRUE(runner.Prefill({{id, prompt}}).ok());
+    runner.Release(id);
+  }
+  ASSERT_EQ(runner.blocks().stats().cached_blocks, 4);
+  uint64_t evictions_before_clear = 0;
+  DecodeWithoutAllocating(runner, 70, [&](int step) {
+    if (step == 30) runner.blocks().TakeEvents();
+    if (step == 65) {
+      evictions_before_clear = runner.blocks().stats().evictions;
+      runner.blocks().ClearCache();
+    }
+  });
+  EXPECT_EQ(evictions_before_clear, 2);
 }
 
 }  // namespace

@@ -74,13 +74,22 @@ KvBlockManager::KvBlockManager(const KvBlockManagerOptions& options,
       pool_(std::move(pool)),
       blocks_(options.num_blocks) {
   // Room for everything decode can add, so that a token that fills or starts
-  // a block allocates nothing: the cache holds at most one entry per block,
-  // and the event queue is bounded (it empties in place, see TakeEvents).
+  // a block allocates nothing: the event queue is bounded (it empties in
+  // place, see TakeEvents), and the cache holds at most one entry per block.
   if (enable_prefix_cache_) {
     absl::MutexLock lock(&mu_);
-    cache_.reserve(num_total_);
+    ReserveCacheLocked();
     events_.reserve(max_pending_events_ + 1);
   }
+}
+
+void KvBlockManager::ReserveCacheLocked() {
+  // Evictions leave tombstones in the map; absl then rehashes in place (no
+  // allocation) only while the entries fill at most 25/32 of its slots, and
+  // reserve(n) promises 7/8. Asking for 8/7 of the blocks keeps a full
+  // cache under 25/32.
+  const size_t n = static_cast<size_t>(num_total_);
+  cache_.reserve(n + n / 7 + 1);
 }
 
 int32_t KvBlockManager::BlocksForTokens(int32_t tokens) const {
@@ -390,7 +399,8 @@ void KvBlockManager::ClearCacheLocked() {
     state.lru_prev = state.lru_next = kNoBlock;
   }
   NoteInternalError(pool_->Release(cached));
-  cache_.clear();
+  cache_.clear();  // frees a large table: reserve it again
+  if (enable_prefix_cache_) ReserveCacheLocked();
   lru_head_ = lru_tail_ = kNoBlock;
   num_evictable_ = 0;
   if (enable_prefix_cache_) {

@@ -256,6 +256,8 @@ class KvBlockManager {
   // Evicts the least recently used evictable block (there must be one).
   void EvictOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearCacheLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sizes the cache map so that filling every block never grows it.
+  void ReserveCacheLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushEventLocked(PrefixCacheEvent::Kind kind, uint64_t key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the first pool error that the invariants say cannot happen, for

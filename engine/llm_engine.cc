@@ -262,7 +262,8 @@ absl::Status LlmEngine::Step() {
   ++stats_.steps;
 
   int32_t budget = runner_->max_batch_tokens();
-  std::vector<ModelRunner::StepItem> items;
+  std::vector<ModelRunner::StepItem>& items = step_items_;
+  items.clear();
   auto schedule = [&](RequestId id) -> bool {
     const int32_t computed = runner_->num_computed(id);
     const int32_t remaining =
@@ -283,8 +284,8 @@ absl::Status LlmEngine::Step() {
   };
 
   // 1 and 2: running sequences, decode steps and prefill chunks alike.
-  const std::vector<RequestId> running = running_;
-  for (RequestId id : running) {
+  running_snapshot_.assign(running_.begin(), running_.end());
+  for (RequestId id : running_snapshot_) {
     if (budget <= 0) break;
     if (std::find(running_.begin(), running_.end(), id) == running_.end()) {
       continue;  // preempted while making room for an earlier one

@@ -228,9 +228,13 @@ class LlmEngine {
   std::deque<RequestId> waiting_;
   std::vector<RequestId> running_;  // admission order
   EngineStats stats_;
-  // Logits of the current step, kept so that a step allocates nothing once
-  // the largest batch has been seen.
+  // The current step's logits, items and copy of running_, kept so that the
+  // scheduling reuses its memory once the largest batch has been seen. (The
+  // token streams still allocate as they detokenize and emit; only
+  // ModelRunner's steps are held to none, by decode_alloc_test.)
   std::vector<float> step_logits_;
+  std::vector<ModelRunner::StepItem> step_items_;
+  std::vector<RequestId> running_snapshot_;
 };
 
 }  // namespace pdserve::engine

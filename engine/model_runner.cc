@@ -52,7 +52,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   block_options.num_blocks = static_cast<int32_t>(num_blocks);
   block_options.block_size = options.block_size;
   block_options.enable_prefix_cache = options.enable_prefix_cache;
-  block_options.max_blocks_per_sequence = r->ContextBlocks();
+  r->max_sequence_tokens_ = static_cast<int32_t>(std::min<int64_t>(
+      c.context_length, num_blocks * int64_t{options.block_size}));
+  block_options.max_blocks_per_sequence = r->MaxSequenceBlocks();
   PD_ASSIGN_OR_RETURN(r->blocks_, KvBlockManager::Create(block_options));
   return r;
 }
@@ -77,10 +79,10 @@ absl::StatusOr<int32_t> ModelRunner::AddSequence(
   }
   PD_ASSIGN_OR_RETURN(int32_t cached, blocks_->AddSequence(id, prompt));
   Sequence& s = seqs_[id];
-  // Room for the whole context (4 bytes a token, against this model's KV
+  // Room for the longest sequence (4 bytes a token, against this model's KV
   // of kilobytes a token), so that appending a token never allocates; vLLM
   // keeps its token ids the same way.
-  s.tokens.reserve(context_length());
+  s.tokens.reserve(max_sequence_tokens_);
   s.tokens.assign(prompt.begin(), prompt.end());
   s.num_computed = cached;
   s.prompt_length =
@@ -157,7 +159,7 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
     // Room for a whole context's table: a copy one block longer than the
     // last step's then allocates nothing.
     for (size_t i = old_size; i < items.size(); ++i) {
-      table_scratch_[i].reserve(ContextBlocks());
+      table_scratch_[i].reserve(MaxSequenceBlocks());
     }
   }
   for (size_t i = 0; i < items.size(); ++i) {
@@ -290,6 +292,13 @@ absl::Status ModelRunner::Decode(absl::Span<const SeqId> ids,
         static_cast<int32_t>(it->second.tokens.size())) {
       return absl::FailedPreconditionError(
           absl::StrCat("sequence ", id, " still has prompt tokens to prefill"));
+    }
+    // Checked here too (AppendToken checks again), so that a full context
+    // takes no block past it.
+    if (static_cast<int64_t>(it->second.tokens.size()) >= context_length()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("sequence ", id, " has reached the context length ",
+                       context_length()));
     }
     PD_RETURN_IF_ERROR(blocks_->Reserve(id, it->second.tokens.size() + 1));
   }

@@ -150,10 +150,6 @@ class ModelRunner {
   const model::Model& model() const { return model_; }
   int32_t vocab_size() const { return model_.config().vocab_size; }
   int32_t context_length() const { return model_.config().context_length; }
-  // Blocks that hold a whole context.
-  int32_t ContextBlocks() const {
-    return (context_length() + options_.block_size - 1) / options_.block_size;
-  }
   int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
   int num_threads() const { return backend_->num_threads(); }
   KvBlockManager& blocks() { return *blocks_; }
@@ -184,6 +180,17 @@ class ModelRunner {
   std::vector<std::vector<BlockId>> table_scratch_;
   ForwardBatch batch_;
   std::vector<StepItem> step_items_;
+  // The longest a sequence can get: the context, or the whole KV cache when
+  // that is smaller (a model may claim a context far beyond the memory).
+  // Token ids and block tables are reserved for it. Set by Create.
+  int32_t max_sequence_tokens_ = 0;
+
+  // Blocks that hold max_sequence_tokens_.
+  int32_t MaxSequenceBlocks() const {
+    return static_cast<int32_t>(
+        (int64_t{max_sequence_tokens_} + options_.block_size - 1) /
+        options_.block_size);
+  }
 };
 
 }  // namespace pdserve::engine
