@@ -437,55 +437,16 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       const int32_t n_pad = (n_ctx + 15) / 16 * 16;
       scores.resize(int64_t{per_item} * n_pad);
       probs.resize(int64_t{per_item} * n_pad);
-      const WidenedContext& wide = widened_chunks_[tokens_[t].chunk];
-      const float* wide_keys = nullptr;  // the widened context, if any
-      const float* wide_values = nullptr;
-      if (wide.offset >= 0) {
-        wide_keys =
-            widened_base_ + wide.offset + int64_t{2} * kvh * d * wide.stride;
-        wide_values = wide_keys + int64_t{d} * wide.stride;
-      } else {
-        krows.resize(n_ctx);
-        vrows.resize(n_ctx);
-        if (fp8_kv_) widened.resize(int64_t{2} * n_ctx * d);
-        for (int32_t j = 0; j < n_ctx; ++j) {
-          const BlockId block = c.block_table[j / bs];
-          const uint8_t* key = pool_->Slot(layer, block, KvHalf::kKey, j % bs);
-          const uint8_t* value =
-              pool_->Slot(layer, block, KvHalf::kValue, j % bs);
-          if (fp8_kv_) {
-            uint16_t* k16 = widened.data() + int64_t{2 * j} * d;
-            uint16_t* v16 = k16 + d;
-            kernels::Fp8E4M3ToFp16Row(key + int64_t{kvh} * d, d, k16);
-            kernels::Fp8E4M3ToFp16Row(value + int64_t{kvh} * d, d, v16);
-            krows[j] = k16;
-            vrows[j] = v16;
-          } else {
-            krows[j] = reinterpret_cast<const uint16_t*>(key) + kvh * d;
-            vrows[j] = reinterpret_cast<const uint16_t*>(value) + kvh * d;
-          }
-        }
-      }
-      // The item's query heads, rounded to fp16 as llama.cpp rounds them
-      // for the f16 product; their scores, then probabilities, one row of
-      // n_pad per head.
       float* heads_out = attn_.data() + (int64_t{t} * heads + h0) * d;
       const float* heads_q = q_.data() + (int64_t{t} * heads + h0) * d;
-      for (int g = 0; g < per_item; ++g) {
+      // Query head g, rounded to fp16 as llama.cpp rounds it for the f16
+      // product.
+      auto query16 = [&](int g) {
         kernels::Fp32ToFp16Row(heads_q + int64_t{g} * d, d, q16.data());
-        if (wide_keys != nullptr) {
-          kernels::Fp16ToFp32Row(q16.data(), d, qf.data() + int64_t{g} * d);
-        } else {
-          kernels::DotF16Many(order, d, krows.data(), n_ctx, q16.data(), scale,
-                              scores.data() + int64_t{g} * n_pad);
-        }
-      }
-      if (wide_keys != nullptr) {
-        kernels::DotF16ManyTransposed(order, d, wide_keys, n_ctx, per_item,
-                                      qf.data(), d, scale, scores.data(),
-                                      n_pad);
-      }
-      for (int g = 0; g < per_item; ++g) {
+        return q16.data();
+      };
+      // Head g's scores (row g of n_pad) to its probabilities.
+      auto softmax = [&](int g) {
         float* sc = scores.data() + int64_t{g} * n_pad;
         float* pr = probs.data() + int64_t{g} * n_pad;
         const float max_score = kernels::MaxScore(n_ctx, sc);
@@ -496,15 +457,53 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
         const float inv = static_cast<float>(1.0 / denom);
         // Rounded through fp16, as ggml rounds them for the f16 product.
         kernels::ScaleToF16Precision(n_ctx, inv, pr);
-        if (wide_values == nullptr) {
-          kernels::WeightedRowSumF16(order, n_ctx, pr, vrows.data(), d,
-                                     heads_out + int64_t{g} * d);
+        return pr;
+      };
+      const WidenedContext& wide = widened_chunks_[tokens_[t].chunk];
+      if (wide.offset >= 0) {
+        // The prompt's context, widened once for the layer: all the item's
+        // query heads in one pass over the keys and one over the values.
+        const float* keys =
+            widened_base_ + wide.offset + int64_t{2} * kvh * d * wide.stride;
+        const float* values = keys + int64_t{d} * wide.stride;
+        for (int g = 0; g < per_item; ++g) {
+          kernels::Fp16ToFp32Row(query16(g), d, qf.data() + int64_t{g} * d);
+        }
+        kernels::DotF16ManyTransposed(order, d, keys, n_ctx, per_item,
+                                      qf.data(), d, scale, scores.data(),
+                                      n_pad);
+        for (int g = 0; g < per_item; ++g) softmax(g);
+        kernels::WeightedRowSumWidened(order, n_ctx, per_item, probs.data(),
+                                       n_pad, values, wide.stride / 16, d,
+                                       heads_out, d);
+        continue;
+      }
+      // Otherwise (a decode step) the cache's rows, gathered by pointer.
+      krows.resize(n_ctx);
+      vrows.resize(n_ctx);
+      if (fp8_kv_) widened.resize(int64_t{2} * n_ctx * d);
+      for (int32_t j = 0; j < n_ctx; ++j) {
+        const BlockId block = c.block_table[j / bs];
+        const uint8_t* key = pool_->Slot(layer, block, KvHalf::kKey, j % bs);
+        const uint8_t* value =
+            pool_->Slot(layer, block, KvHalf::kValue, j % bs);
+        if (fp8_kv_) {
+          uint16_t* k16 = widened.data() + int64_t{2 * j} * d;
+          uint16_t* v16 = k16 + d;
+          kernels::Fp8E4M3ToFp16Row(key + int64_t{kvh} * d, d, k16);
+          kernels::Fp8E4M3ToFp16Row(value + int64_t{kvh} * d, d, v16);
+          krows[j] = k16;
+          vrows[j] = v16;
+        } else {
+          krows[j] = reinterpret_cast<const uint16_t*>(key) + kvh * d;
+          vrows[j] = reinterpret_cast<const uint16_t*>(value) + kvh * d;
         }
       }
-      if (wide_values != nullptr) {
-        kernels::WeightedRowSumWidened(order, n_ctx, per_item, probs.data(),
-                                       n_pad, wide_values, wide.stride / 16, d,
-                                       heads_out, d);
+      for (int g = 0; g < per_item; ++g) {
+        kernels::DotF16Many(order, d, krows.data(), n_ctx, query16(g), scale,
+                            scores.data() + int64_t{g} * n_pad);
+        kernels::WeightedRowSumF16(order, n_ctx, softmax(g), vrows.data(), d,
+                                   heads_out + int64_t{g} * d);
       }
     }
   });

@@ -251,6 +251,36 @@ TEST_P(ModelRunnerTest, ResultsDoNotDependOnThreadCount) {
   EXPECT_EQ(results[0], results[2]);
 }
 
+// Weights repacked at load (the packed AVX-512 kernels, where this CPU has
+// them: one token for decode, two at a time for a prompt) against the GGUF
+// layout's kernels: the same logits, bit for bit. (Without a packed kernel
+// for this CPU or format both runners take the GGUF path.)
+TEST_P(ModelRunnerTest, PackedWeightsGiveTheGgufLayoutsLogits) {
+  auto m = OpenTiny(Options(), "runner_packed.gguf");
+  ASSERT_NE(m, nullptr);
+  const int vocab = m->config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(29, 6, vocab);
+  std::vector<std::vector<float>> results[2];
+  for (const bool pack : {true, false}) {
+    ModelRunnerOptions o = RunnerOptions();
+    o.pack_weights = pack;
+    auto r = MakeRunner(*m, o);
+    auto out = r->Prefill({{1, prompt}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    results[pack].push_back((*out)[0].logits);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> logits;
+      ASSERT_TRUE(r->Decode({1}, {(step * 7 + 3) % vocab}, &logits).ok());
+      results[pack].push_back(logits);
+    }
+  }
+  ASSERT_EQ(results[true].size(), 4u);
+  for (size_t i = 0; i < results[true].size(); ++i) {
+    EXPECT_EQ(results[true][i], results[false][i])
+        << (i == 0 ? "the prompt" : "decode step " + std::to_string(i));
+  }
+}
+
 // One model per architecture variant, in different block formats.
 // An FP8 KV cache: twice the blocks in the same bytes, logits close to the
 // fp16 cache's but not equal (the cache really holds rounded values), and

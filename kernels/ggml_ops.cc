@@ -648,10 +648,29 @@ void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
   }
 }
 
+namespace {
+
+// Whether WeightedRowSum's AVX-512 accumulation takes head size d.
+bool AccumulatesAvx512(int d) {
+  return d % kLanes == 0 && d <= 16 * kLanes && HaveAvx512();
+}
+
+// The kernel in `table` (indexed by d / 16) for head size d: null where the
+// table has none or the CPU lacks AVX-512.
+template <class Kernel, size_t N>
+Kernel KernelForHeadSize(const Kernel (&table)[N], int d) {
+  const int chunks = d / kLanes;
+  if (d % kLanes != 0 || chunks >= static_cast<int>(N) || !HaveAvx512()) {
+    return nullptr;
+  }
+  return table[chunks];
+}
+
+}  // namespace
+
 void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
                        const uint16_t* const* rows, int d, float* out) {
-  WeightedRowSum(order, n, p, HalfRows{rows}, d, out,
-                 d % kLanes == 0 && d <= 16 * kLanes && HaveAvx512());
+  WeightedRowSum(order, n, p, HalfRows{rows}, d, out, AccumulatesAvx512(d));
 }
 
 void WeightedRowSumF16Portable(F16DotOrder order, int64_t n, const float* p,
@@ -677,15 +696,13 @@ void WeightedRowSumWidened(F16DotOrder order, int64_t n, int nq, const float* p,
                                          AccumulateWidened<6>,
                                          nullptr,
                                          AccumulateWidened<8>};
-  const int chunks = d / kLanes;
-  if (HaveAvx512() && d % kLanes == 0 && chunks < 9 &&
-      kByChunks[chunks] != nullptr) {
-    kByChunks[chunks](slots, n, nq, p, p_stride, rows, out, out_stride);
+  if (const Kernel kernel = KernelForHeadSize(kByChunks, d)) {
+    kernel(slots, n, nq, p, p_stride, rows, out, out_stride);
     return;
   }
   for (int h = 0; h < nq; ++h) {
     WeightedRowSum(order, n, p + h * p_stride, rows, d, out + h * out_stride,
-                   d % kLanes == 0 && d <= 16 * kLanes && HaveAvx512());
+                   AccumulatesAvx512(d));
   }
 }
 
@@ -726,11 +743,10 @@ void DotF16ManyTransposed(F16DotOrder order, int d, const float* key_blocks,
                                        nullptr,
                                        nullptr,
                                        TransposedScoresVecDotAll<8>};
-  const Kernel* table = order == F16DotOrder::kVecDot ? kVecDot : kTinyBlas;
-  const int chunks = d / kLanes;
-  if (HaveAvx512() && d % kLanes == 0 && chunks < 9 &&
-      table[chunks] != nullptr) {
-    table[chunks](key_blocks, count, nq, q, q_stride, scale, out, out_stride);
+  if (const Kernel kernel = order == F16DotOrder::kVecDot
+                                ? KernelForHeadSize(kVecDot, d)
+                                : KernelForHeadSize(kTinyBlas, d)) {
+    kernel(key_blocks, count, nq, q, q_stride, scale, out, out_stride);
     return;
   }
   DotF16ManyTransposedPortable(order, d, key_blocks, count, nq, q, q_stride,

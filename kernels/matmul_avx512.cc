@@ -737,24 +737,16 @@ bool PackRows(GgmlType type, const uint8_t* weights, int64_t rows, int64_t cols,
   }
 }
 
-void MatVecPacked(GgmlType type, const uint8_t* packed, int64_t cols,
-                  int64_t row_begin, int64_t row_end, const uint8_t* activation,
-                  float* out) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-      MatVecPackedRows<Q4_0Format>(packed, cols / 32, row_begin, row_end,
-                                   activation, out);
-      return;
-    case GgmlType::kQ4_1:
-      MatVecPackedRows<Q4_1Format>(packed, cols / 32, row_begin, row_end,
-                                   activation, out);
-      return;
-    case GgmlType::kQ8_0:
-      MatVecPackedRows<Q8_0Format>(packed, cols / 32, row_begin, row_end,
-                                   activation, out);
-      return;
-    default:
-      return;
+// MatMulPacked for one format.
+template <class F>
+void PackedProduct(const uint8_t* packed, int64_t nb, int64_t row_begin,
+                   int64_t row_end, const uint8_t* act, int n_tokens,
+                   float* out, int64_t out_stride) {
+  if (n_tokens == 1) {
+    MatVecPackedRows<F>(packed, nb, row_begin, row_end, act, out);
+  } else {
+    MatMulPackedRows<F>(packed, nb, row_begin, row_end, act, n_tokens, out,
+                        out_stride);
   }
 }
 
@@ -762,22 +754,19 @@ void MatMulPacked(GgmlType type, const uint8_t* packed, int64_t cols,
                   int64_t row_begin, int64_t row_end,
                   const uint8_t* activations, int n_tokens, float* out,
                   int64_t out_stride) {
-  if (n_tokens == 1) {
-    MatVecPacked(type, packed, cols, row_begin, row_end, activations, out);
-    return;
-  }
+  const int64_t nb = cols / 32;
   switch (type) {
     case GgmlType::kQ4_0:
-      MatMulPackedRows<Q4_0Format>(packed, cols / 32, row_begin, row_end,
-                                   activations, n_tokens, out, out_stride);
+      PackedProduct<Q4_0Format>(packed, nb, row_begin, row_end, activations,
+                                n_tokens, out, out_stride);
       return;
     case GgmlType::kQ4_1:
-      MatMulPackedRows<Q4_1Format>(packed, cols / 32, row_begin, row_end,
-                                   activations, n_tokens, out, out_stride);
+      PackedProduct<Q4_1Format>(packed, nb, row_begin, row_end, activations,
+                                n_tokens, out, out_stride);
       return;
     case GgmlType::kQ8_0:
-      MatMulPackedRows<Q8_0Format>(packed, cols / 32, row_begin, row_end,
-                                   activations, n_tokens, out, out_stride);
+      PackedProduct<Q8_0Format>(packed, nb, row_begin, row_end, activations,
+                                n_tokens, out, out_stride);
       return;
     default:
       return;

@@ -49,19 +49,14 @@ int64_t PackedBytes(model::GgmlType type, int64_t rows, int64_t cols);
 bool PackRows(model::GgmlType type, const uint8_t* weights, int64_t rows,
               int64_t cols, uint8_t* out);
 
-// out[r] for r in [row_begin, row_end) (row_begin a multiple of kPackRows;
-// rows of at most kMaxAvx512Blocks blocks)
-// of the packed matrix times one activation row (Q8_1 for Q4_1, Q8_0
-// otherwise): bit for bit MatMulRows' result.
-void MatVecPacked(model::GgmlType type, const uint8_t* packed, int64_t cols,
-                  int64_t row_begin, int64_t row_end, const uint8_t* activation,
-                  float* out);
-
-// out[t * out_stride + r] for r in [row_begin, row_end) (as MatVecPacked)
-// and t < n_tokens, activation rows contiguous: each token's outputs bit
-// for bit MatVecPacked's. Prefill and batched decode: the weights of a
-// block are unpacked once for two tokens, which then take one broadcast
-// vpdpbusd, convert and multiply-add per ggml lane and 16 rows.
+// out[t * out_stride + r] for r in [row_begin, row_end) (row_begin a
+// multiple of kPackRows; rows of at most kMaxAvx512Blocks blocks) and
+// t < n_tokens: the packed matrix times n_tokens contiguous activation rows
+// (Q8_1 for Q4_1, Q8_0 otherwise), bit for bit MatMulRows' result. One
+// token streams the groups (decode); more take two at a time (prefill and
+// batched decode: the weights of a block are unpacked once for two tokens,
+// which then take one broadcast vpdpbusd, convert and multiply-add per ggml
+// lane and 16 rows).
 void MatMulPacked(model::GgmlType type, const uint8_t* packed, int64_t cols,
                   int64_t row_begin, int64_t row_end,
                   const uint8_t* activations, int n_tokens, float* out,
