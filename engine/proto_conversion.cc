@@ -24,6 +24,7 @@ SamplingParams FromProto(const v1::SamplingParams& p) {
   s.ignore_eos = p.ignore_eos();
   s.logprobs = p.logprobs();
   s.top_logprobs = p.top_logprobs();
+  s.logit_bias.insert(p.logit_bias().begin(), p.logit_bias().end());
   return s;
 }
 

@@ -114,6 +114,18 @@ absl::Status ValidateSamplingParams(const SamplingParams& p,
         absl::StrCat("SamplingParams.top_logprobs = ", p.top_logprobs,
                      " requires logprobs = true"));
   }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id >= static_cast<uint32_t>(vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SamplingParams.logit_bias key ", id,
+          " is not a token id: it must be in [0, ", vocab_size, ")"));
+    }
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SamplingParams.logit_bias[", id, "] must be in [-",
+                       kMaxLogitBias, ", ", kMaxLogitBias, "], got ", bias));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -190,8 +202,18 @@ absl::StatusOr<Sampler> Sampler::Create(
   }
   Sampler sampler(params, vocab_size,
                   params.seed.has_value() ? *params.seed : RandomDeviceSeed());
-  if (sampler.PenaltiesActive()) {
-    sampler.seen_bits_.assign((vocab + 63) / 64, 0);
+  const bool penalties = sampler.PenaltiesActive();
+  bool biased = false;
+  for (const auto& [id, bias] : params.logit_bias) biased |= bias != 0.0f;
+  if (penalties || biased) {
+    sampler.adjusted_bits_.assign((vocab + 63) / 64, 0);
+  }
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (bias == 0.0f) continue;
+    sampler.adjusted_[id].bias = bias;
+    sampler.adjusted_bits_[id >> 6] |= uint64_t{1} << (id & 63);
+  }
+  if (penalties) {
     for (uint32_t t : prompt_ids) sampler.Record(t, /*in_prompt=*/true);
     for (uint32_t t : generated_ids) sampler.Record(t, /*in_prompt=*/false);
   }
@@ -205,13 +227,13 @@ bool Sampler::PenaltiesActive() const {
 }
 
 void Sampler::Record(uint32_t token, bool in_prompt) {
-  Seen& seen = seen_[token];
+  Adjustment& a = adjusted_[token];
   if (in_prompt) {
-    seen.in_prompt = true;
+    a.in_prompt = true;
   } else {
-    ++seen.generated_count;
+    ++a.generated_count;
   }
-  seen_bits_[token >> 6] |= uint64_t{1} << (token & 63);
+  adjusted_bits_[token >> 6] |= uint64_t{1} << (token & 63);
 }
 
 absl::Status Sampler::Accept(uint32_t token) {
@@ -226,17 +248,19 @@ absl::Status Sampler::Accept(uint32_t token) {
   return absl::OkStatus();
 }
 
-float Sampler::Penalise(float logit, const Seen& seen) const {
+float Sampler::Adjust(float logit, const Adjustment& a) const {
+  logit += a.bias;
   // Same formulas and order as vLLM's apply_penalties and llama.cpp's
-  // penalties sampler: repetition first, then frequency and presence.
-  if (params_.repetition_penalty != 1.0f) {
+  // penalties sampler: repetition first, then frequency and presence. A
+  // token that is here only for its bias has no history to penalise.
+  if (params_.repetition_penalty != 1.0f &&
+      (a.in_prompt || a.generated_count > 0)) {
     logit = logit > 0.0f ? logit / params_.repetition_penalty
                          : logit * params_.repetition_penalty;
   }
-  if (seen.generated_count > 0) {
-    logit -=
-        static_cast<float>(seen.generated_count) * params_.frequency_penalty +
-        params_.presence_penalty;
+  if (a.generated_count > 0) {
+    logit -= static_cast<float>(a.generated_count) * params_.frequency_penalty +
+             params_.presence_penalty;
   }
   return logit;
 }
@@ -249,7 +273,7 @@ uint32_t Sampler::Greedy(absl::Span<const float> logits,
   uint32_t best_id = 0;
   bool found = false;
   const uint32_t n = static_cast<uint32_t>(logits.size());
-  if (seen_bits_.empty()) {
+  if (adjusted_bits_.empty()) {
     for (uint32_t i = 0; i < n; ++i) {
       if (logits[i] > best) {
         best = logits[i];
@@ -260,8 +284,8 @@ uint32_t Sampler::Greedy(absl::Span<const float> logits,
   } else {
     for (uint32_t i = 0; i < n; ++i) {
       float v = logits[i];
-      if ((seen_bits_[i >> 6] >> (i & 63)) & 1) {
-        v = Penalise(v, seen_.find(i)->second);
+      if ((adjusted_bits_[i >> 6] >> (i & 63)) & 1) {
+        v = Adjust(v, adjusted_.find(i)->second);
       }
       if (v > best) {
         best = v;
@@ -282,7 +306,7 @@ Sampler::Kept Sampler::Prepare(absl::Span<const float> logits) {
   size_t n = 0;
   // Impossible (-inf, NaN) candidates are dropped as they are copied, in id
   // order; `!(v > -inf)` catches both.
-  if (seen_bits_.empty()) {
+  if (adjusted_bits_.empty()) {
     for (size_t i = 0; i < vocab; ++i) {
       const float v = logits[i];
       if (!(v > kNegInf)) continue;
@@ -290,12 +314,12 @@ Sampler::Kept Sampler::Prepare(absl::Span<const float> logits) {
       c[n++] = {v, static_cast<uint32_t>(i)};
     }
   } else {
-    // Penalties index by token id, so copy the whole row first.
+    // Adjustments index by token id, so copy the whole row first.
     for (size_t i = 0; i < vocab; ++i) {
       c[i] = {Sanitise(logits[i]), static_cast<uint32_t>(i)};
     }
-    for (const auto& [id, seen] : seen_) {
-      c[id].value = Penalise(c[id].value, seen);
+    for (const auto& [id, adjustment] : adjusted_) {
+      c[id].value = Adjust(c[id].value, adjustment);
     }
     for (size_t i = 0; i < vocab; ++i) {
       if (!(c[i].value > kNegInf)) continue;

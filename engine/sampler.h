@@ -7,21 +7,30 @@
 // Pipeline for one step (the llama.cpp sampler-chain order, which vLLM
 // matches for these knobs):
 //   1. sanitise: NaN logits count as -inf;
-//   2. penalties: repetition (prompt and generated tokens), then frequency
+//   2. logit bias: logit_bias[id] is added to the logit of token id (first,
+//      as in llama.cpp's chain and vLLM's logits processors, so that the
+//      penalties below see the biased value);
+//   3. penalties: repetition (prompt and generated tokens), then frequency
 //      and presence (generated tokens only);
-//   3. temperature == 0: greedy argmax over the penalised logits (ties go to
+//   4. temperature == 0: greedy argmax over the adjusted logits (ties go to
 //      the lowest token id); stop here;
-//   4. top-k, 5. top-p, 6. min-p, each on the penalised logits at
+//   5. top-k, 6. top-p, 7. min-p, each on the adjusted logits at
 //      temperature 1 (top-p and min-p see the distribution renormalised over
 //      the tokens the previous steps kept);
-//   7. temperature, 8. softmax, 9. one draw.
-// Ties inside top-k / top-p are broken by the lowest token id: candidates are
-// ordered by (penalised logit descending, token id ascending), a strict total
-// order, so the kept set never depends on the sort algorithm.
+//   8. temperature, 9. softmax, 10. one draw.
+// "Adjusted" below means after steps 1-3. Ties inside top-k / top-p are
+// broken by the lowest token id: candidates are ordered by (adjusted logit
+// descending, token id ascending), a strict total order, so the kept set
+// never depends on the sort algorithm.
+//
+// A bias is added, not imposed: -inf (and NaN) stays impossible whatever its
+// bias, and +inf wins whatever its bias. With the model's logits spanning
+// a few tens, +100 makes a token all but certain and -100 all but bans it,
+// which is what OpenAI's logit_bias documents.
 //
 // Logprobs are the log-softmax of the *raw* model logits (NaN as -inf),
-// before penalties, temperature and truncation: vLLM's default "raw
-// logprobs" and what TokenLogprob.logprob in the proto promises. They
+// before logit bias, penalties, temperature and truncation: vLLM's default
+// "raw logprobs" and what TokenLogprob.logprob in the proto promises. They
 // describe what the model thinks, independent of how the client samples.
 //
 // Reproducibility. The draw at generation step i uses one uniform double
@@ -36,7 +45,7 @@
 // sampler takes one seed from std::random_device at creation and uses the
 // same recipe.
 //
-// Non-finite logits. NaN counts as -inf. +inf logits (or penalised logits
+// Non-finite logits. NaN counts as -inf. +inf logits (or adjusted logits
 // that overflow to +inf) win outright: the candidates become exactly the
 // +inf tokens, with equal probability. If every logit is -inf/NaN there is
 // no meaningful choice: Sample falls back to token 0 and sets
@@ -46,8 +55,8 @@
 // O(n_logprobs) extras when logprobs are requested). Sampling uses one
 // scratch buffer of vocab_size entries, allocated on the first non-greedy
 // step and reused afterwards; top-p sorts only as many candidates as it
-// needs (in growing chunks). Penalty bookkeeping is proportional to the
-// number of distinct tokens seen, not to the vocabulary.
+// needs (in growing chunks). Bias and penalty bookkeeping is proportional to
+// the number of biased or distinct seen tokens, not to the vocabulary.
 //
 // Ownership: a Sampler owns copies of its parameters and token history.
 // Thread-safety: none; one Sampler belongs to one sequence and is used by one
@@ -56,6 +65,7 @@
 #define PDSERVE_ENGINE_SAMPLER_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,15 +110,21 @@ struct SamplingParams {
   bool logprobs = false;
   // Alternatives per token, 0..20; > 0 requires logprobs.
   uint32_t top_logprobs = 0;
+  // Token id (< vocab_size) -> bias in [-100, 100], added to that token's
+  // logit before the penalties. Ordered so that validation always names the
+  // same offending entry.
+  std::map<uint32_t, float> logit_bias;
 };
 
 // Limits from the proto comments, exported for error messages elsewhere.
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr uint32_t kMaxTopLogprobs = 20;
+inline constexpr float kMaxLogitBias = 100.0f;
 
 // OK, or INVALID_ARGUMENT whose message names the first offending field, its
 // allowed range and the value received. vocab_size (the length of a logits
-// row) must be > 0; stop_token_ids must lie in [0, vocab_size).
+// row) must be > 0; stop_token_ids and logit_bias keys must lie in
+// [0, vocab_size); logit_bias values in [-kMaxLogitBias, kMaxLogitBias].
 absl::Status ValidateSamplingParams(const SamplingParams& params,
                                     int32_t vocab_size);
 
@@ -127,8 +143,8 @@ struct SampleResult {
   // most likely first (ties: lowest id first); may include token_id. Empty
   // unless params.logprobs.
   std::vector<TokenLogprob> top_logprobs;
-  // True when every logit was NaN or -inf (after penalties) and token 0 was
-  // returned by the documented fallback.
+  // True when every logit was NaN or -inf (after bias and penalties) and
+  // token 0 was returned by the documented fallback.
   bool degenerate = false;
 };
 
@@ -182,11 +198,15 @@ class Sampler {
   uint64_t seed() const { return seed_; }
 
  private:
-  struct Seen {
+  // What changes one token's logit (steps 2 and 3 of the pipeline).
+  struct Adjustment {
+    // logit_bias entry; 0 when the token has none.
+    float bias = 0.0f;
+    // Penalty history, kept only when penalties are active.
     bool in_prompt = false;
     int32_t generated_count = 0;
   };
-  // A candidate in the scratch buffer. `value` is the (penalised) logit
+  // A candidate in the scratch buffer. `value` is the (adjusted) logit
   // while truncating and becomes the unnormalised probability in ToWeights,
   // so one vocab-sized buffer serves the whole step.
   struct Candidate {
@@ -208,11 +228,12 @@ class Sampler {
 
   bool PenaltiesActive() const;
   void Record(uint32_t token, bool in_prompt);
-  float Penalise(float logit, const Seen& seen) const;
-  // Single-pass argmax over sanitised, penalised logits; lowest id on ties.
+  // Steps 2 and 3 for one token's logit.
+  float Adjust(float logit, const Adjustment& adjustment) const;
+  // Single-pass argmax over sanitised, adjusted logits; lowest id on ties.
   // Sets *degenerate (and returns 0) when nothing is above -inf.
   uint32_t Greedy(absl::Span<const float> logits, bool* degenerate) const;
-  // Pipeline steps 1, 2, 4, 5 and 6 into scratch_.
+  // Pipeline steps 1, 2, 3, 5, 6 and 7 into scratch_.
   Kept Prepare(absl::Span<const float> logits);
   // Replaces the kept logits by exp((l - max) / T) and returns their sum.
   double ToWeights(size_t n, float max);
@@ -223,12 +244,13 @@ class Sampler {
   int32_t vocab_size_ = 0;
   uint64_t seed_ = 0;
   int64_t num_generated_ = 0;
-  // Every token seen in the prompt or the generated text. Kept only when
-  // penalties are active (nothing else reads it).
-  absl::flat_hash_map<uint32_t, Seen> seen_;
-  // Bit per vocabulary entry: set when the token is in seen_. Only kept when
-  // penalties are active; lets greedy skip hash lookups for unseen tokens.
-  std::vector<uint64_t> seen_bits_;
+  // Every token with a nonzero logit_bias, and, when penalties are active,
+  // every token seen in the prompt or the generated text (without
+  // penalties nothing reads the history, so it is not kept).
+  absl::flat_hash_map<uint32_t, Adjustment> adjusted_;
+  // Bit per vocabulary entry: set when the token is in adjusted_. Empty when
+  // nothing can be adjusted; lets greedy skip hash lookups for the rest.
+  std::vector<uint64_t> adjusted_bits_;
   // Reused across steps; sized vocab_size on first non-greedy use.
   std::vector<Candidate> scratch_;
 };

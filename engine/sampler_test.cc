@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -96,6 +97,7 @@ TEST(ValidateSamplingParams, DefaultsAndBoundariesAreValid) {
   p.logprobs = true;
   p.top_logprobs = 20;
   p.top_k = 1000000;  // Larger than the vocabulary: simply no truncation.
+  p.logit_bias = {{0, -100.0f}, {42, 0.0f}, {99, 100.0f}};
   EXPECT_TRUE(ValidateSamplingParams(p, 100).ok());
 }
 
@@ -159,6 +161,16 @@ TEST(ValidateSamplingParams, RejectsEachOutOfRangeField) {
     SamplingParams p;
     p.max_tokens = 0;
     ExpectInvalid(p, "max_tokens", ">= 1");
+  }
+  for (uint32_t id : {100u, 4294967295u}) {
+    SamplingParams p;
+    p.logit_bias = {{3, 1.0f}, {id, 1.0f}};
+    ExpectInvalid(p, absl::StrCat("logit_bias key ", id), "[0, 100)");
+  }
+  for (float v : {100.01f, -100.01f, 1e9f, kInf, -kInf, nan}) {
+    SamplingParams p;
+    p.logit_bias = {{3, 1.0f}, {7, v}};
+    ExpectInvalid(p, "logit_bias[7]", "[-100, 100]");
   }
   EXPECT_EQ(ValidateSamplingParams(SamplingParams(), 0).code(),
             absl::StatusCode::kInvalidArgument);
@@ -684,6 +696,131 @@ TEST(Sampler, GreedyAndTopK1AgreeUnderPenalties) {
     ASSERT_TRUE(a.Accept(ta).ok());
     ASSERT_TRUE(b.Accept(ta).ok());
   }
+}
+
+// ---------------------------------------------------------------------------
+// Logit bias.
+
+TEST(Sampler, LogitBiasOfHundredForcesOrBansATokenUnderGreedy) {
+  // Logits spread over about [-12, 12], as a small model's are.
+  std::vector<std::vector<float>> rows = RandomLogits(20, 500, 23);
+  for (std::vector<float>& raw : rows) {
+    for (float& x : raw) x *= 4;
+    const uint32_t argmax = static_cast<uint32_t>(
+        std::max_element(raw.begin(), raw.end()) - raw.begin());
+    const uint32_t least = static_cast<uint32_t>(
+        std::min_element(raw.begin(), raw.end()) - raw.begin());
+    SamplingParams p;
+    p.temperature = 0;
+    p.logit_bias = {{least, 100.0f}};
+    Sampler forced = MakeSampler(p, 500);
+    EXPECT_EQ(SampleToken(forced, raw, 0), least);
+
+    // -100 on the argmax: the runner-up wins.
+    std::vector<float> rest = raw;
+    rest[argmax] = -kInf;
+    const uint32_t second = static_cast<uint32_t>(
+        std::max_element(rest.begin(), rest.end()) - rest.begin());
+    p.logit_bias = {{argmax, -100.0f}};
+    Sampler banned = MakeSampler(p, 500);
+    EXPECT_EQ(SampleToken(banned, raw, 0), second);
+
+    // Sampling at temperature 1 agrees: all the mass (to 1e-20) moves.
+    p.temperature = 1;
+    p.logit_bias = {{least, 100.0f}};
+    Sampler sampled = MakeSampler(p, 500);
+    double others = 0;
+    for (const auto& [id, prob] : Dist(sampled, raw)) {
+      if (id != least) others += prob;
+    }
+    EXPECT_LT(others, 1e-20);
+    p.logit_bias = {{argmax, -100.0f}};
+    Sampler sampled_ban = MakeSampler(p, 500);
+    EXPECT_LT(Dist(sampled_ban, raw)[argmax], 1e-30);
+  }
+}
+
+TEST(Sampler, LogitBiasIsAddedBeforeThePenalties) {
+  // Token 1 is in the prompt, biased +3: (2 + 3) / 2 = 2.5 with the bias
+  // first; 2 / 2 + 3 = 4 had the penalty come first. Token 2 is biased but
+  // unseen, so the repetition penalty leaves it alone: 1 + 1.25 = 2.25.
+  const std::vector<float> raw = {3.0f, 2.0f, 1.0f, 0.0f};
+  const std::vector<double> adjusted = {3.0, 2.5, 2.25, -1.0};
+  SamplingParams p;
+  p.repetition_penalty = 2;
+  p.logit_bias = {{1, 3.0f}, {2, 1.25f}, {3, -1.0f}};
+  Sampler s = MakeSampler(p, 4, {1});
+  const std::vector<double> want = Softmax(adjusted);
+  auto d = Dist(s, raw);
+  ASSERT_EQ(d.size(), 4u);
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_NEAR(d[i], want[i], 1e-6) << i;
+
+  // Greedy sees the same values: 3.0 still beats 2.5 (penalty first would
+  // have made token 1 win with 4).
+  p.temperature = 0;
+  Sampler g = MakeSampler(p, 4, {1});
+  EXPECT_EQ(SampleToken(g, raw, 0), 0u);
+  // And presence/frequency subtract from the biased value: token 2
+  // generated once with presence 1: 2.25 - 1 = 1.25.
+  p.temperature = 1;
+  p.repetition_penalty = 1;
+  p.presence_penalty = 1;
+  p.logit_bias = {{2, 1.25f}};
+  Sampler pr = MakeSampler(p, 4, {}, {2});
+  const std::vector<double> want2 = Softmax({3.0, 2.0, 1.25, 0.0});
+  auto d2 = Dist(pr, raw);
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_NEAR(d2[i], want2[i], 1e-6) << i;
+}
+
+TEST(Sampler, LogitBiasKeepsNonFiniteLogitsAndRawLogprobs) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = true;
+  p.top_logprobs = 2;
+  p.logit_bias = {{0, 100.0f}, {1, 50.0f}};
+  Sampler s = MakeSampler(p, 3);
+  // -inf and NaN stay impossible whatever their bias.
+  absl::StatusOr<SampleResult> r = s.Sample({-kInf, kNaN, -5.0f}, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->token_id, 2u);
+  EXPECT_FALSE(r->degenerate);
+  // Logprobs are the raw model's: the bias that picked token 0 is not in
+  // them.
+  r = s.Sample({0.0f, 1.0f, 2.0f}, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->token_id, 0u);
+  const double lse = std::log(1.0 + std::exp(1.0) + std::exp(2.0));
+  EXPECT_NEAR(r->logprob, 0.0 - lse, 1e-6);
+  ASSERT_EQ(r->top_logprobs.size(), 2u);
+  EXPECT_EQ(r->top_logprobs[0].token_id, 2u);
+  EXPECT_NEAR(r->top_logprobs[0].logprob, 2.0 - lse, 1e-6);
+}
+
+TEST(Sampler, GreedyAndTopK1AgreeUnderLogitBiasAndPenalties) {
+  auto rows = RandomLogits(60, 300, 29);
+  SamplingParams g;
+  g.temperature = 0;
+  g.repetition_penalty = 1.3f;
+  g.frequency_penalty = 0.7f;
+  for (uint32_t id = 0; id < 300; id += 7) {
+    g.logit_bias[id] = static_cast<float>(id % 11) - 5.0f;
+  }
+  SamplingParams k = g;
+  k.temperature = 0.8f;
+  k.top_k = 1;
+  std::vector<uint32_t> prompt = {4, 8, 14, 16, 21, 42, 299};
+  Sampler a = MakeSampler(g, 300, prompt);
+  Sampler b = MakeSampler(k, 300, prompt);
+  int biased_picks = 0;
+  for (int i = 0; i < 60; ++i) {
+    uint32_t ta = SampleToken(a, rows[i], i);
+    EXPECT_EQ(SampleToken(b, rows[i], i), ta);
+    biased_picks += ta % 7 == 0;
+    ASSERT_TRUE(a.Accept(ta).ok());
+    ASSERT_TRUE(b.Accept(ta).ok());
+  }
+  // The biases mattered: 1 in 7 tokens is biased, up to +5.
+  EXPECT_GT(biased_picks, 8);
 }
 
 // ---------------------------------------------------------------------------
