@@ -36,7 +36,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -49,6 +48,7 @@
 #include "cli/bench_command.h"
 #include "cli/generate_client.h"
 #include "cli/local_cluster.h"
+#include "cli/supervisor.h"
 #include "common/termination_signal.h"
 #include "rpc/health_client.h"
 
@@ -81,7 +81,19 @@ ABSL_FLAG(bool, foreground, false,
           "up: stay in the foreground until Ctrl-C instead of returning");
 ABSL_FLAG(std::string, ready_file, "",
           "up: written with the router address once the cluster is ready");
-ABSL_FLAG(int32_t, startup_timeout_s, 120, "up: time allowed to start");
+ABSL_FLAG(int32_t, startup_timeout_s, 120,
+          "up: time allowed to start (the cluster, or one restarted process)");
+ABSL_FLAG(int32_t, restart_backoff_ms, 1000,
+          "up: wait before starting a crashed process again; doubles with "
+          "each crash in a row");
+ABSL_FLAG(int32_t, max_restart_backoff_ms, 30000,
+          "up: the longest wait before a restart");
+ABSL_FLAG(int32_t, crash_loop_restarts, 5,
+          "up: crashes in a row (each before --stable_uptime_s) after which "
+          "a process is left down as crash-looping");
+ABSL_FLAG(int32_t, stable_uptime_s, 60,
+          "up: a process that ran this long before crashing starts a new "
+          "count of crashes");
 ABSL_FLAG(int32_t, deadline_ms, 60000,
           "drain: time allowed for in-flight work");
 ABSL_FLAG(int32_t, local_prefill_max_uncached_tokens, -1,
@@ -138,6 +150,37 @@ std::optional<pid_t> LiveSupervisor() {
   return pid;
 }
 
+// The local cluster's processes as its supervisor last recorded them, for
+// pdctl status; empty when no supervisor runs.
+std::string FormatLocalProcesses() {
+  if (!LiveSupervisor().has_value()) return "";
+  std::ifstream in(StateFile());
+  std::string out = absl::StrFormat(
+      "\nlocal cluster (%s)\n%-14s %-8s %-12s %8s  %s\n", WorkDir(), "PROCESS",
+      "PID", "STATE", "RESTARTS", "LAST EXIT");
+  for (std::string line; std::getline(in, line);) {
+    const std::vector<std::string> f =
+        absl::StrSplit(line, absl::MaxSplits(' ', 7));
+    if (f.size() != 8 || f[0] != "process") continue;
+    absl::StrAppendFormat(&out, "%-14s %-8s %-12s %8s  %s\n", f[1], f[3], f[5],
+                          f[6], f[7]);
+  }
+  return out;
+}
+
+// True while `pid` runs. A process that has exited but is not yet reaped
+// (a zombie: a foreground supervisor whose parent has not waited for it)
+// has stopped, though kill(pid, 0) still finds it.
+bool Running(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() &&
+         line[close + 2] != 'Z' && line[close + 2] != 'X';
+}
+
 int Fail(const absl::Status& status) {
   std::cerr << "pdctl: " << status << "\n";
   return 1;
@@ -145,11 +188,15 @@ int Fail(const absl::Status& status) {
 
 int Status() {
   const std::string router = absl::GetFlag(FLAGS_router);
+  // The local processes first when the router does not answer: it may be
+  // the one restarting.
   absl::StatusOr<v1::ListPoolsResponse> pools = ListPools(router, kRpcTimeout);
-  if (!pools.ok()) return Fail(pools.status());
   absl::StatusOr<v1::ListWorkersResponse> workers =
       ListWorkers(router, v1::WORKER_ROLE_UNSPECIFIED, kRpcTimeout);
-  if (!workers.ok()) return Fail(workers.status());
+  if (!pools.ok() || !workers.ok()) {
+    std::cout << FormatLocalProcesses();
+    return Fail(pools.ok() ? workers.status() : pools.status());
+  }
   absl::StatusOr<v1::GetRoutingPolicyResponse> policy =
       GetRoutingPolicy(router, kRpcTimeout);
   std::cout << "router " << router;
@@ -157,7 +204,7 @@ int Status() {
     std::cout << ", routing "
               << v1::RoutingPolicy_Name(policy->config().policy());
   }
-  std::cout << "\n" << FormatStatus(*pools, *workers);
+  std::cout << "\n" << FormatStatus(*pools, *workers) << FormatLocalProcesses();
   return 0;
 }
 
@@ -292,25 +339,45 @@ int Health(const std::vector<char*>& args) {
   return *health == rpc::HealthStatus::kServing ? 0 : 1;
 }
 
-// Runs the cluster until a termination signal; writes the state file once
-// ready. Returns the exit code.
+// The state file: the supervisor's pid, the endpoints, and one line per
+// process ("process NAME ADDRESS PID LOG STATE RESTARTS LAST-EXIT..."),
+// rewritten whenever a process changes (pdctl status reads it). Written
+// whole to a temporary file and renamed, so readers never see half of it.
+void WriteStateFile(LocalCluster& cluster, const Supervisor& supervisor) {
+  std::ostringstream state;
+  state << "pid " << ::getpid() << "\n"
+        << "grpc " << cluster.router_address() << "\n"
+        << "http " << cluster.http_url() << "/v1\n"
+        << "control " << cluster.control_address() << "\n";
+  for (const SupervisedProcess& s : supervisor.processes()) {
+    const LocalProcess* p = cluster.Find(s.name);
+    state << "process " << p->name << " " << p->address << " "
+          << p->process->pid() << " " << p->log_path << " "
+          << SupervisedStateName(s.state) << " " << s.restarts << " "
+          << (s.last_exit.empty() ? "-" : s.last_exit) << "\n";
+  }
+  std::ofstream(StateFile() + ".tmp") << state.str();
+  std::rename((StateFile() + ".tmp").c_str(), StateFile().c_str());
+}
+
+RestartPolicy RestartPolicyFromFlags() {
+  return {.initial_backoff =
+              absl::Milliseconds(absl::GetFlag(FLAGS_restart_backoff_ms)),
+          .max_backoff =
+              absl::Milliseconds(absl::GetFlag(FLAGS_max_restart_backoff_ms)),
+          .stable_uptime = absl::Seconds(absl::GetFlag(FLAGS_stable_uptime_s)),
+          .crash_loop_limit = absl::GetFlag(FLAGS_crash_loop_restarts)};
+}
+
+// Runs the cluster until a termination signal, starting crashed processes
+// again (cli/supervisor.h); writes the state file once ready and whenever a
+// process changes. Returns the exit code.
 int Supervise(const LocalClusterOptions& options) {
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(options);
   if (!cluster.ok()) return Fail(cluster.status());
-  std::ostringstream state;
-  state << "pid " << ::getpid() << "\n"
-        << "grpc " << (*cluster)->router_address() << "\n"
-        << "http " << (*cluster)->http_url() << "/v1\n"
-        << "control " << (*cluster)->control_address() << "\n";
-  for (const LocalProcess& p : (*cluster)->processes()) {
-    state << "process " << p.name << " " << p.address << " " << p.process->pid()
-          << " " << p.log_path << "\n";
-  }
-  {
-    std::ofstream(StateFile() + ".tmp") << state.str();
-    std::rename((StateFile() + ".tmp").c_str(), StateFile().c_str());
-  }
+  Supervisor supervisor(**cluster, RestartPolicyFromFlags(), absl::Now());
+  WriteStateFile(**cluster, supervisor);
   if (const std::string ready = absl::GetFlag(FLAGS_ready_file);
       !ready.empty()) {
     std::ofstream(ready) << (*cluster)->router_address() << "\n";
@@ -318,31 +385,9 @@ int Supervise(const LocalClusterOptions& options) {
   std::cout << "cluster ready; router gRPC " << (*cluster)->router_address()
             << ", HTTP " << (*cluster)->http_url() << "/v1, control "
             << (*cluster)->control_address() << std::endl;
-  // Watch for a signal, and for processes ending on their own: a worker
-  // that exits 0 was drained (pdctl drain) and has left the cluster; any
-  // other exit is a failure that stops the cluster.
-  absl::flat_hash_set<std::string> departed;
-  int code = 0;
   while (!WaitForTerminationSignal(absl::Milliseconds(200)).has_value()) {
-    bool failed = false;
-    for (LocalProcess& p : (*cluster)->processes()) {
-      if (departed.contains(p.name) || p.process->running()) continue;
-      const absl::StatusOr<int> status = p.process->Wait(absl::ZeroDuration());
-      if (status.ok() && *status == 0 && p.name != "router") {
-        std::cout << p.name << " drained and left the cluster" << std::endl;
-        departed.insert(p.name);
-        continue;
-      }
-      std::cerr << "pdctl: " << p.name << " "
-                << (status.ok() ? DescribeWaitStatus(*status) : "exited")
-                << " unexpectedly; end of " << p.log_path << ":\n"
-                << TailOfFile(p.log_path) << std::endl;
-      failed = true;
-      break;
-    }
-    if (failed) {
-      code = 1;
-      break;
+    if (supervisor.Poll(absl::Now(), options.startup_timeout)) {
+      WriteStateFile(**cluster, supervisor);
     }
   }
   std::cout << "stopping the cluster" << std::endl;
@@ -350,7 +395,7 @@ int Supervise(const LocalClusterOptions& options) {
   std::remove(StateFile().c_str());
   if (!stopped.ok()) return Fail(stopped);
   std::cout << "cluster stopped" << std::endl;
-  return code;
+  return 0;
 }
 
 int Up() {
@@ -458,10 +503,10 @@ int Down() {
   std::cout << "stopping the local cluster (supervisor pid " << pid << ")"
             << std::flush;
   const absl::Time give_up = absl::Now() + absl::Seconds(90);
-  while (::kill(pid, 0) == 0 && absl::Now() < give_up) {
+  while (Running(pid) && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  if (::kill(pid, 0) == 0) {
+  if (Running(pid)) {
     std::cout << std::endl;
     return Fail(absl::DeadlineExceededError(
         "the cluster did not stop within 90 s; see its logs"));
