@@ -478,6 +478,63 @@ TEST_F(HttpFrontendTest, BadParameterIs400NamingIt) {
               HasSubstr("'temperature'"));
 }
 
+// The issue's cases: each was a 200 before. Nothing reaches the API.
+TEST_F(HttpFrontendTest, UnsupportedOrBadFieldsAre400NamingThem) {
+  api_.SetScript(HelloScript());
+  struct Case {
+    const char* path;
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {"/v1/completions", R"({"prompt": "x", "logit_bias": {"abc": 5}})",
+       "'logit_bias'"},
+      {"/v1/completions", R"({"prompt": "x", "logit_bias": {"5": 101}})",
+       "'logit_bias'"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user"}]})",
+       "'messages[0].content'"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "'tools'"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"type": "json_object"}})",
+       "'response_format'"},
+  };
+  for (const Case& c : cases) {
+    httplib::Result result = Post(c.path, c.body);
+    ExpectErrorBody(result, 400, "invalid_request_error");
+    EXPECT_THAT(ParseJson(result->body)["error"]["message"].get<std::string>(),
+                HasSubstr(c.param))
+        << c.body;
+  }
+  EXPECT_TRUE(api_.requests().empty());
+}
+
+TEST_F(HttpFrontendTest, LogitBiasAndTheDefaultMaxTokensReachTheApi) {
+  api_.SetScript(HelloScript());
+  httplib::Result completion = Post(
+      "/v1/completions", R"({"prompt": "x", "logit_bias": {"15043": 100}})");
+  ASSERT_TRUE(completion) << httplib::to_string(completion.error());
+  EXPECT_EQ(completion->status, 200) << completion->body;
+  httplib::Result chat =
+      Post("/v1/chat/completions",
+           R"({"messages": [{"role": "user", "content": "x"}],
+               "logit_bias": {"7": -100}})");
+  ASSERT_TRUE(chat) << httplib::to_string(chat.error());
+  EXPECT_EQ(chat->status, 200) << chat->body;
+
+  std::vector<v1::GenerateRequest> requests = api_.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0].sampling().logit_bias().at(15043), 100.0f);
+  // /v1/completions without max_tokens: 16, as OpenAI and vLLM.
+  EXPECT_EQ(requests[0].sampling().max_tokens(), 16u);
+  EXPECT_EQ(requests[1].sampling().logit_bias().at(7), -100.0f);
+  // Chat: the rest of the context.
+  EXPECT_FALSE(requests[1].sampling().has_max_tokens());
+}
+
 TEST_F(HttpFrontendTest, ResourceExhaustedIs503WithRetryAfter) {
   HttpFrontendOptions options;
   options.retry_after_s = 7;

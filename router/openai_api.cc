@@ -28,6 +28,7 @@ constexpr int kMaxTopLogprobs = 20;
 constexpr int kMaxStopStrings = 16;
 constexpr int kMinPriority = -100;
 constexpr int kMaxPriority = 100;
+constexpr double kMaxLogitBias = 100.0;
 // JSON has no -inf; vLLM reports this instead.
 constexpr double kMinLogprob = -9999.0;
 
@@ -220,10 +221,31 @@ absl::Status ParseMessages(const json& body, v1::ChatMessages* chat) {
                       "must be a non-empty string");
     }
     out->set_role(role->get<std::string>());
+    // OpenAI lets only an assistant message go without content, and only
+    // when it carries tool_calls, which are refused below. Null content on
+    // an assistant message is taken as empty, as vLLM does (clients echo
+    // earlier turns back that way); anywhere else it is a mistake.
     auto content = message.find("content");
-    if (content != message.end()) {
-      PD_ASSIGN_OR_RETURN(*out->mutable_content(),
-                          ParseContent(*content, param + ".content"));
+    if (content == message.end()) {
+      return BadParam(absl::StrCat(param, ".content"), "is required");
+    }
+    if (content->is_null() && out->role() != "assistant") {
+      return BadParam(absl::StrCat(param, ".content"),
+                      "must not be null (only an assistant message may have "
+                      "null content)");
+    }
+    PD_ASSIGN_OR_RETURN(*out->mutable_content(),
+                        ParseContent(*content, param + ".content"));
+    // Parts of a message pdserve cannot render: tool calling, audio and
+    // refusals. Dropping them would change the conversation the model sees.
+    for (const char* key :
+         {"tool_calls", "function_call", "tool_call_id", "audio", "refusal"}) {
+      const json* value = Find(message, key);
+      if (value == nullptr) continue;
+      if (value->is_array() && value->empty()) continue;  // "no tool calls"
+      return BadParam(absl::StrCat(param, ".", key),
+                      "is not supported (pdserve has no tool calling, audio "
+                      "or refusals)");
     }
     auto name = message.find("name");
     if (name != message.end() && !name->is_null()) {
@@ -268,6 +290,100 @@ absl::Status ParseStop(const json& body, v1::SamplingParams* sampling) {
   for (std::string& s : strings) {
     if (s.empty()) return BadParam("stop", "must not contain empty strings");
     sampling->add_stop(std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+// A decimal token id: digits only (no sign, point or exponent), below 2^32.
+std::optional<uint32_t> TokenIdKey(const std::string& key) {
+  if (key.empty() || key.size() > 10) return std::nullopt;
+  uint64_t id = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return std::nullopt;
+    id = id * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (id > std::numeric_limits<uint32_t>::max()) return std::nullopt;
+  return static_cast<uint32_t>(id);
+}
+
+// "logit_bias": {"<token id>": bias in [-100, 100], ...}. Whether each id is
+// in the vocabulary is the router's check (it knows the model; a JSON body
+// does not).
+absl::Status ParseLogitBias(const json& body, v1::SamplingParams* sampling) {
+  const json* bias = Find(body, "logit_bias");
+  if (bias == nullptr) return absl::OkStatus();
+  if (!bias->is_object()) {
+    return BadParam("logit_bias",
+                    "must be an object mapping token ids to numbers in "
+                    "[-100, 100]");
+  }
+  auto& out = *sampling->mutable_logit_bias();
+  for (const auto& [key, value] : bias->items()) {
+    std::optional<uint32_t> id = TokenIdKey(key);
+    if (!id.has_value()) {
+      return BadParam(
+          "logit_bias",
+          absl::StrCat("key \"", key,
+                       "\" is not a token id (a decimal integer in [0, "
+                       "2^32))"));
+    }
+    // "1" and "01" are the same token; which one should win is a guess.
+    if (out.find(*id) != out.end()) {
+      return BadParam("logit_bias",
+                      absl::StrCat("names token id ", *id, " twice"));
+    }
+    if (!value.is_number() || !(value.get<double>() >= -kMaxLogitBias &&
+                                value.get<double>() <= kMaxLogitBias)) {
+      return BadParam("logit_bias",
+                      absl::StrCat("value for token id ", *id,
+                                   " must be a number in [-100, 100]"));
+    }
+    out[*id] = static_cast<float>(value.get<double>());
+  }
+  return absl::OkStatus();
+}
+
+// Chat fields that ask for what pdserve does not have. Absent, null, and the
+// values that ask for nothing (no tools, text output) are accepted, so
+// clients that send the defaults explicitly work; anything else is a 400
+// naming the field rather than an answer that silently lacks it.
+absl::Status RefuseUnsupportedChatFields(const json& body) {
+  for (const char* key : {"tools", "functions"}) {
+    const json* value = Find(body, key);
+    if (value != nullptr && !(value->is_array() && value->empty())) {
+      return BadParam(key, "is not supported (pdserve has no tool calling)");
+    }
+  }
+  for (const char* key : {"tool_choice", "function_call"}) {
+    const json* value = Find(body, key);
+    if (value != nullptr && *value != "none") {
+      return BadParam(key, "must be \"none\" (pdserve has no tool calling)");
+    }
+  }
+  if (const json* format = Find(body, "response_format"); format != nullptr) {
+    auto type = format->is_object() ? format->find("type") : format->end();
+    if (!format->is_object() || type == format->end() || *type != "text") {
+      return BadParam("response_format",
+                      "must be {\"type\": \"text\"} (structured output, "
+                      "json_object and json_schema, is not supported)");
+    }
+  }
+  if (const json* modalities = Find(body, "modalities");
+      modalities != nullptr) {
+    if (*modalities != json::array({"text"})) {
+      return BadParam("modalities",
+                      "must be [\"text\"] (pdserve generates text only)");
+    }
+  }
+  for (const char* key : {"audio", "web_search_options"}) {
+    if (Find(body, key) != nullptr) {
+      return BadParam(key, "is not supported");
+    }
+  }
+  PD_ASSIGN_OR_RETURN(std::optional<bool> store, GetBool(body, "store"));
+  if (store.value_or(false)) {
+    return BadParam("store",
+                    "must be false (pdserve does not store completions)");
   }
   return absl::OkStatus();
 }
@@ -370,6 +486,7 @@ absl::Status ParseCommon(const json& body, OpenAiRequest* out) {
   PD_ASSIGN_OR_RETURN(std::optional<bool> ignore_eos,
                       GetBool(body, "ignore_eos"));
   sampling.set_ignore_eos(ignore_eos.value_or(false));
+  PD_RETURN_IF_ERROR(ParseLogitBias(body, &sampling));
 
   PD_ASSIGN_OR_RETURN(std::optional<int64_t> n, GetInt(body, "n"));
   if (n.has_value() && *n != 1) {
@@ -540,6 +657,13 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body) {
     out.generate.mutable_sampling()->set_logprobs(true);
     out.generate.mutable_sampling()->set_top_logprobs(top);
   }
+  // OpenAI's legacy completions and vLLM default to 16 tokens; a client
+  // written for either expects a short answer, not one that runs to the end
+  // of the context (chat keeps "the rest of the context", as both do).
+  if (!out.generate.sampling().has_max_tokens()) {
+    out.generate.mutable_sampling()->set_max_tokens(
+        kDefaultCompletionMaxTokens);
+  }
   return out;
 }
 
@@ -550,6 +674,7 @@ absl::StatusOr<OpenAiRequest> ParseChatCompletionRequest(
   out.kind = OpenAiKind::kChat;
   PD_RETURN_IF_ERROR(ParseMessages(root, out.generate.mutable_chat()));
   PD_RETURN_IF_ERROR(ParseCommon(root, &out));
+  PD_RETURN_IF_ERROR(RefuseUnsupportedChatFields(root));
 
   // Chat: "logprobs" is a boolean, "top_logprobs" the number of
   // alternatives, which needs logprobs.

@@ -8,10 +8,13 @@
 // completion / chat.completion bodies and streaming chunks (the JSON payloads
 // of SSE events; the "data: " framing is the caller's).
 //
-// Field coverage follows vLLM's OpenAI server: unknown fields are ignored;
-// vLLM extensions top_k, min_p, repetition_penalty, ignore_eos,
-// stop_token_ids, continue_final_message, priority and request_id are
-// understood; "timeout" (seconds) is a pdserve extension.
+// Field coverage: every OpenAI request field is implemented, refused with a
+// 400 naming it, or accepted and ignored for a stated reason; the table is in
+// docs/openai_api.md, which this file must keep true. Fields OpenAI does not
+// define are ignored, as vLLM's server does; of vLLM's extensions top_k,
+// min_p, repetition_penalty, ignore_eos, stop_token_ids,
+// continue_final_message, priority and request_id are understood; "timeout"
+// (seconds) is a pdserve extension.
 //
 // Thread-safety: the free functions are thread-safe. An OpenAiStreamFormatter
 // is used by one thread at a time (one per request).
@@ -57,14 +60,25 @@ struct OpenAiRequest {
   std::optional<absl::Duration> timeout;
 };
 
+// max_tokens of a /v1/completions request that sets none: OpenAI's legacy
+// completions and vLLM both default to 16. (Chat, like both of them, runs to
+// the end of the context.)
+inline constexpr uint32_t kDefaultCompletionMaxTokens = 16;
+
 // Parses a POST /v1/completions body. Errors are INVALID_ARGUMENT, with a
 // message naming the offending parameter; batched prompts, n > 1, best_of > 1,
-// echo and suffix are refused as unsupported.
+// echo and suffix are refused as unsupported. logit_bias keys must be decimal
+// token ids and its values numbers in [-100, 100]; whether an id is in the
+// vocabulary is checked by the router, which knows the model.
 absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body);
 
-// Parses a POST /v1/chat/completions body. Errors as above. Message content
-// may be a string, null, or an array of {"type": "text", "text": ...} parts,
-// joined with "\n" as vLLM does; other part types are refused.
+// Parses a POST /v1/chat/completions body. Errors as above. Every message
+// needs a "content": a string, an array of {"type": "text", "text": ...}
+// parts (joined with "\n" as vLLM does; other part types are refused), or,
+// for an assistant message only, null (taken as empty, as vLLM does). Tool
+// calling (tools, tool_choice other than "none", a message's tool_calls or
+// tool_call_id), structured output (response_format other than text), audio
+// and store: true are refused.
 absl::StatusOr<OpenAiRequest> ParseChatCompletionRequest(
     absl::string_view body);
 

@@ -64,11 +64,27 @@ TEST(ParseCompletionTest, MinimalRequest) {
   const v1::SamplingParams& s = r->generate.sampling();
   EXPECT_FALSE(s.has_temperature());
   EXPECT_FALSE(s.has_top_p());
-  EXPECT_FALSE(s.has_max_tokens());
+  // OpenAI's legacy completions and vLLM default to 16 tokens.
+  EXPECT_TRUE(s.has_max_tokens());
+  EXPECT_EQ(s.max_tokens(), 16u);
+  EXPECT_EQ(s.max_tokens(), kDefaultCompletionMaxTokens);
   EXPECT_FALSE(s.has_seed());
   EXPECT_FALSE(s.has_repetition_penalty());
   EXPECT_EQ(s.top_k(), 0u);
   EXPECT_FALSE(s.logprobs());
+  EXPECT_TRUE(s.logit_bias().empty());
+}
+
+TEST(ParseChatTest, MaxTokensDefaultsToTheRestOfTheContext) {
+  auto r = ParseChatCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->generate.sampling().has_max_tokens());
+  auto null = ParseChatCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "hi"}],
+          "max_tokens": null})");
+  ASSERT_TRUE(null.ok()) << null.status();
+  EXPECT_FALSE(null->generate.sampling().has_max_tokens());
 }
 
 TEST(ParseCompletionTest, EveryField) {
@@ -80,6 +96,7 @@ TEST(ParseCompletionTest, EveryField) {
     "repetition_penalty": 1.1, "logprobs": 3, "n": 1, "best_of": 1,
     "echo": false, "stream": true, "stream_options": {"include_usage": true},
     "user": "alice", "request_id": "req-1", "timeout": 2.5, "priority": -3,
+    "logit_bias": {"42": 5, "7": -100.0, "0": 100, "4294967295": -0.5},
     "unknown_field": {"nested": [1, 2]}
   })");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -103,6 +120,11 @@ TEST(ParseCompletionTest, EveryField) {
   EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.1f);
   EXPECT_TRUE(s.logprobs());
   EXPECT_EQ(s.top_logprobs(), 3u);
+  EXPECT_EQ(s.logit_bias_size(), 4);
+  EXPECT_EQ(s.logit_bias().at(42), 5.0f);
+  EXPECT_EQ(s.logit_bias().at(7), -100.0f);
+  EXPECT_EQ(s.logit_bias().at(0), 100.0f);
+  EXPECT_EQ(s.logit_bias().at(4294967295u), -0.5f);
   EXPECT_TRUE(r->logprobs);
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
@@ -216,6 +238,25 @@ TEST(ParseCompletionTest, EveryBadValueNamesItsParameter) {
       {R"("timeout": "10")", "timeout"},
       {R"("priority": 101)", "priority"},
       {R"("priority": "high")", "priority"},
+      // logit_bias: keys must be token ids, values in [-100, 100].
+      {R"("logit_bias": {"abc": 5})", "logit_bias"},
+      {R"("logit_bias": {"-1": 5})", "logit_bias"},
+      {R"("logit_bias": {"1.5": 5})", "logit_bias"},
+      {R"("logit_bias": {"1e3": 5})", "logit_bias"},
+      {R"("logit_bias": {"": 5})", "logit_bias"},
+      {R"("logit_bias": {" 1": 5})", "logit_bias"},
+      {R"("logit_bias": {"+1": 5})", "logit_bias"},
+      {R"("logit_bias": {"4294967296": 5})", "logit_bias"},
+      {R"("logit_bias": {"99999999999999999999": 5})", "logit_bias"},
+      {R"("logit_bias": {"1": 100.5})", "logit_bias"},
+      {R"("logit_bias": {"1": -101})", "logit_bias"},
+      {R"("logit_bias": {"1": 1e300})", "logit_bias"},
+      {R"("logit_bias": {"1": "5"})", "logit_bias"},
+      {R"("logit_bias": {"1": null})", "logit_bias"},
+      {R"("logit_bias": {"1": true})", "logit_bias"},
+      {R"("logit_bias": {"1": 2, "01": 3})", "logit_bias"},
+      {R"("logit_bias": [[1, 5]])", "logit_bias"},
+      {R"("logit_bias": "1:5")", "logit_bias"},
   };
   for (const Case& c : cases) {
     ExpectCompletionError(absl::StrCat(R"({"prompt": "p", )", c.fields, "}"),
@@ -223,13 +264,34 @@ TEST(ParseCompletionTest, EveryBadValueNamesItsParameter) {
   }
 }
 
+TEST(ParseCompletionTest, LogitBiasMessageSaysWhatIsWrong) {
+  auto key =
+      ParseCompletionRequest(R"({"prompt": "x", "logit_bias": {"abc": 5}})");
+  ASSERT_FALSE(key.ok());
+  EXPECT_THAT(std::string(key.status().message()),
+              HasSubstr("key \"abc\" is not a token id"));
+  auto value =
+      ParseCompletionRequest(R"({"prompt": "x", "logit_bias": {"12": -250}})");
+  ASSERT_FALSE(value.ok());
+  EXPECT_THAT(std::string(value.status().message()),
+              HasSubstr("token id 12 must be a number in [-100, 100]"));
+  // Empty and null mean no bias.
+  for (const char* body : {R"({"prompt": "x", "logit_bias": {}})",
+                           R"({"prompt": "x", "logit_bias": null})"}) {
+    auto r = ParseCompletionRequest(body);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->generate.sampling().logit_bias().empty());
+  }
+}
+
 TEST(ParseCompletionTest, NullMeansDefault) {
   auto r = ParseCompletionRequest(
       R"({"prompt": "p", "max_tokens": null, "temperature": null,
           "stop": null, "logprobs": null, "n": null, "seed": null,
-          "stream_options": null, "suffix": null, "echo": null})");
+          "stream_options": null, "suffix": null, "echo": null,
+          "logit_bias": null, "user": null})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FALSE(r->generate.sampling().has_max_tokens());
+  EXPECT_EQ(r->generate.sampling().max_tokens(), kDefaultCompletionMaxTokens);
   EXPECT_FALSE(r->generate.sampling().has_temperature());
   EXPECT_FALSE(r->logprobs);
 }
@@ -324,8 +386,9 @@ TEST(ParseChatTest, CommonFieldsApply) {
     "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7,
     "top_k": 5, "stop": "x", "seed": 9, "stream": true,
     "stream_options": {"include_usage": false}, "timeout": 30,
-    "logprobs": false})");
+    "logprobs": false, "logit_bias": {"15043": -100}})");
   ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.sampling().logit_bias().at(15043), -100.0f);
   EXPECT_FALSE(r->generate.chat().continue_final_message());
   EXPECT_FLOAT_EQ(r->generate.sampling().temperature(), 0.7f);
   EXPECT_EQ(r->generate.sampling().top_k(), 5u);
@@ -383,6 +446,136 @@ TEST(ParseChatTest, BadValuesNameTheirParameter) {
   ExpectChatError(
       R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 0})",
       "max_tokens");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"}],
+          "logit_bias": {"x": 1}})",
+      "logit_bias");
+}
+
+TEST(ParseChatTest, EveryMessageNeedsContent) {
+  ExpectChatError(R"({"messages": [{"role": "user"}]})", "messages[0].content");
+  ExpectChatError(
+      R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}]})",
+      "messages[1].content");
+  // Null content: only an assistant message may have it (taken as empty).
+  for (const char* role : {"user", "system"}) {
+    ExpectChatError(absl::StrCat(R"({"messages": [{"role": ")", role,
+                                 R"(", "content": null}]})"),
+                    "messages[0].content");
+  }
+  auto r = ParseChatCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "a"},
+                       {"role": "assistant", "content": null}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.chat().messages(1).content(), "");
+  // The same rules for /tokenize, which renders the same conversation.
+  auto tokenize = ParseTokenizeRequest(R"({"messages": [{"role": "user"}]})");
+  ASSERT_FALSE(tokenize.ok());
+  EXPECT_THAT(std::string(tokenize.status().message()),
+              HasSubstr("'messages[0].content'"));
+}
+
+TEST(ParseChatTest, ToolCallingAudioAndRefusalsInMessagesAreRefused) {
+  const char* kUser = R"({"role": "user", "content": "a"}, )";
+  struct Case {
+    const char* message;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+          "type": "function", "function": {"name": "f", "arguments": "{}"}}]})",
+       "messages[1].tool_calls"},
+      {R"({"role": "assistant", "content": null,
+          "function_call": {"name": "f", "arguments": "{}"}})",
+       "messages[1].function_call"},
+      {R"({"role": "tool", "content": "42", "tool_call_id": "c1"})",
+       "messages[1].tool_call_id"},
+      {R"({"role": "assistant", "content": null, "audio": {"id": "a1"}})",
+       "messages[1].audio"},
+      {R"({"role": "assistant", "content": null, "refusal": "No."})",
+       "messages[1].refusal"},
+  };
+  for (const Case& c : cases) {
+    ExpectChatError(absl::StrCat(R"({"messages": [)", kUser, c.message, "]}"),
+                    c.param);
+  }
+  // Null or empty: nothing to refuse.
+  auto r = ParseChatCompletionRequest(
+      absl::StrCat(R"({"messages": [)", kUser,
+                   R"({"role": "assistant", "content": "b", "tool_calls": [],
+          "function_call": null, "tool_call_id": null, "audio": null,
+          "refusal": null}]})"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.chat().messages(1).content(), "b");
+}
+
+TEST(ParseChatTest, UnsupportedFeaturesAreRefusedNamingTheField) {
+  struct Case {
+    const char* fields;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"("tools": [{"type": "function", "function": {"name": "f"}}])",
+       "tools"},
+      {R"("tools": {})", "tools"},
+      {R"("functions": [{"name": "f"}])", "functions"},
+      {R"("tool_choice": "auto")", "tool_choice"},
+      {R"("tool_choice": "required")", "tool_choice"},
+      {R"("tool_choice": {"type": "function", "function": {"name": "f"}})",
+       "tool_choice"},
+      {R"("function_call": "auto")", "function_call"},
+      {R"("response_format": {"type": "json_object"})", "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {}})",
+       "response_format"},
+      {R"("response_format": "text")", "response_format"},
+      {R"("response_format": {})", "response_format"},
+      {R"("modalities": ["text", "audio"])", "modalities"},
+      {R"("modalities": "text")", "modalities"},
+      {R"("audio": {"voice": "alloy", "format": "wav"})", "audio"},
+      {R"("web_search_options": {})", "web_search_options"},
+      {R"("store": true)", "store"},
+      {R"("store": "yes")", "store"},
+  };
+  for (const Case& c : cases) {
+    ExpectChatError(
+        absl::StrCat(R"({"messages": [{"role": "user", "content": "a"}], )",
+                     c.fields, "}"),
+        c.param);
+  }
+}
+
+// Fields accepted and ignored (docs/openai_api.md says why): the request
+// is exactly what it is without them. So are the values of the refused
+// fields that ask for nothing.
+TEST(ParseChatTest, IgnoredFieldsChangeNothing) {
+  const std::string plain =
+      R"({"messages": [{"role": "user", "content": "a"}], "seed": 3)";
+  auto base = ParseChatCompletionRequest(plain + "}");
+  ASSERT_TRUE(base.ok()) << base.status();
+  auto with = ParseChatCompletionRequest(plain + R"(,
+      "user": "alice", "safety_identifier": "u-1", "metadata": {"k": "v"},
+      "service_tier": "auto", "prediction": {"type": "content", "content": "x"},
+      "prompt_cache_key": "k", "reasoning_effort": "low", "verbosity": "low",
+      "parallel_tool_calls": false,
+      "stream_options": {"include_obfuscation": false,
+                         "continuous_usage_stats": true},
+      "tools": [], "functions": null, "tool_choice": "none",
+      "function_call": "none", "response_format": {"type": "text"},
+      "modalities": ["text"], "audio": null, "web_search_options": null,
+      "store": false})");
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->generate.ShortDebugString(),
+            base->generate.ShortDebugString());
+  EXPECT_EQ(with->stream, base->stream);
+  EXPECT_EQ(with->include_usage, base->include_usage);
+  EXPECT_EQ(with->logprobs, base->logprobs);
+
+  auto completion = ParseCompletionRequest(R"({"prompt": "a", "user": "bob"})");
+  auto completion_base = ParseCompletionRequest(R"({"prompt": "a"})");
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  ASSERT_TRUE(completion_base.ok()) << completion_base.status();
+  EXPECT_EQ(completion->generate.ShortDebugString(),
+            completion_base->generate.ShortDebugString());
 }
 
 TEST(ParseTokenizeTest, PromptAndMessages) {
