@@ -9,6 +9,7 @@
 // run on a tiny generated model.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -341,6 +342,10 @@ TEST_F(ServingTest, BadInputsGetClearErrorsAndTheRouterKeepsServing) {
   bad_top_p.mutable_sampling()->set_top_p(1.5f);
   cases.push_back({"top_p above 1", bad_top_p,
                    absl::StatusCode::kInvalidArgument, "top_p"});
+  v1::GenerateRequest bad_bias = TextRequest("hi", 4);
+  (*bad_bias.mutable_sampling()->mutable_logit_bias())[vocab] = 1.0f;
+  cases.push_back({"logit_bias outside the vocabulary", bad_bias,
+                   absl::StatusCode::kInvalidArgument, "logit_bias"});
   v1::GenerateRequest unknown_model = TextRequest("hi", 4);
   unknown_model.set_model("no-such-model");
   cases.push_back({"unknown model", unknown_model, absl::StatusCode::kNotFound,
@@ -372,6 +377,11 @@ TEST_F(ServingTest, BadInputsGetClearErrorsAndTheRouterKeepsServing) {
       {"unknown model", "/v1/completions",
        R"({"model": "no-such-model", "prompt": "hi"})", 404, "no-such-model"},
       {"unknown path", "/v1/nothing", "{}", 404, ""},
+      {"logit_bias outside the vocabulary", "/v1/completions",
+       absl::StrCat(R"({"prompt": "hi", "logit_bias": {")", vocab, R"(": 1}})"),
+       400, "logit_bias"},
+      {"chat message without content", "/v1/chat/completions",
+       R"({"messages": [{"role": "user"}]})", 400, "messages[0].content"},
   };
   for (const HttpCase& c : http_cases) {
     auto res = http.Post(c.path, c.body, "application/json");
@@ -389,6 +399,52 @@ TEST_F(ServingTest, BadInputsGetClearErrorsAndTheRouterKeepsServing) {
                 "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
+
+  // logit_bias takes effect end to end: +100 on a token greedy decoding
+  // does not pick makes it the first token, over both APIs. The token is
+  // one whose text is plain ASCII, so the HTTP answer can be matched.
+  v1::GenerateRequest biased = TokenRequest(10, 4, 4, vocab);
+  const Outcome plain = offline.Run(biased);
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  ASSERT_FALSE(plain.tokens.empty());
+  uint32_t forced = 0;
+  std::string forced_text;
+  for (uint32_t id = 3; id < static_cast<uint32_t>(vocab); ++id) {
+    if (std::find(plain.tokens.begin(), plain.tokens.end(),
+                  static_cast<int32_t>(id)) != plain.tokens.end()) {
+      continue;
+    }
+    auto piece = offline.model().tokenizer().TokenToPiece(
+        static_cast<int32_t>(id), /*render_special=*/false);
+    if (piece.ok() && !piece->empty() &&
+        std::all_of(piece->begin(), piece->end(),
+                    [](char c) { return absl::ascii_isalnum(c); })) {
+      forced = id;
+      forced_text = *piece;
+      break;
+    }
+  }
+  ASSERT_FALSE(forced_text.empty()) << "no plain-text token to force";
+  (*biased.mutable_sampling()->mutable_logit_bias())[forced] = 100.0f;
+  const Outcome expected = offline.Run(biased);
+  ASSERT_FALSE(expected.tokens.empty());
+  EXPECT_EQ(expected.tokens[0], static_cast<int32_t>(forced));
+  const Outcome got = Generate(grpc, biased);
+  ExpectSameAnswer(got, expected, "logit_bias over gRPC");
+  std::string ids;
+  for (uint32_t id : biased.token_ids().ids()) {
+    absl::StrAppend(&ids, ids.empty() ? "" : ",", id);
+  }
+  auto biased_http = http.Post(
+      "/v1/completions",
+      absl::StrCat(R"({"prompt": [)", ids,
+                   R"(], "max_tokens": 1, "temperature": 0, "logit_bias": {")",
+                   forced, R"(": 100}})"),
+      "application/json");
+  ASSERT_TRUE(biased_http);
+  EXPECT_EQ(biased_http->status, 200) << biased_http->body;
+  EXPECT_THAT(biased_http->body,
+              HasSubstr(absl::StrCat(R"("text":")", forced_text, R"(")")));
   ExpectKvIdle();
 }
 
