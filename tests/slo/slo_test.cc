@@ -1,30 +1,36 @@
 // Latency SLO tests: the cluster under a steady Poisson load keeps its
-// latencies within fixed multiples of what one request alone gets, both
-// measured in the same run, so the thresholds hold on a noisy two-core
-// machine and still catch a scheduling regression.
+// latencies within fixed multiples of baselines measured in the same run,
+// so the thresholds hold on any CPU this project runs on (Intel and AMD, one
+// twice as fast as the other in either phase) and still catch a scheduling
+// regression.
 //
 // The cluster: 1 prefill + 1 decode worker, one thread each, on the default
-// model, so that costs are a real model's. The load: Poisson arrivals at the
-// smaller of two rates, each a fraction of one pool's capacity as measured
-// alone: kPrefillLoad of the prefill worker's (one prompt per TTFT) and
-// kDecodeLoad of the decode worker's single-stream one (one request per
-// kOutputTokens x TPOT). Holding the load to the prefill pool alone let the
-// decode worker run near saturation once prefill got faster than decode
-// (issue 7): at 0.94 req/s it had to generate 90 of the ~100 tokens/s it
-// manages batched, and TPOT grew with the queue, not with any scheduling
-// fault. The SLOs:
+// model, so that costs are a real model's. Two baselines, before the load
+// and again after it: one request at a time (its TTFT), and kBatch streams
+// at once, closed loop (their TPOT and the requests per second the cluster
+// sustains that way). The load: Poisson arrivals at the smaller of
+// kPrefillLoad of the prefill worker's capacity (one prompt per lone TTFT)
+// and kDecodeLoad of the rate sustained at kBatch streams, which is about
+// the concurrency such a load produces (1.6-2.4 streams decoding on
+// average, 5 at most, measured). The SLOs:
 //   p99 TTFT under load <= kTtftFactor x one request's TTFT alone;
-//   p99 TPOT under load <= kTpotFactor x one request's TPOT alone;
+//   p99 TPOT under load <= kTpotFactor x TPOT at kBatch streams;
+//   the longest gap between two tokens of any stream <= kStallFactor x TPOT
+//     at kBatch streams;
 //   no request fails, every one gets every token.
-// The factors leave room for what two cores cost: the router, the load
-// generator and both workers share them, and on this CPU batching buys
-// decode little (32 streams make 2.2x one stream's tokens/s in
-// bench/results), so TPOT grows with the streams in flight. Measured with them:
-// p99 TTFT 2.2-3.4x and p99 TPOT 1.6-2.5x the lone request's (rates
-// 0.50-0.58/s, prefill-bound then, on the engine before issue 7); with the
-// engine's runner lock unfair again (an Admit waiting behind step after step,
-// the regression fixed when these tests were written) p99 TTFT was 7.2-8.8x,
-// and the test failed 3 runs of 3.
+// Why kBatch streams and not one: how much batching buys decode depends on
+// the CPU. On AMD Zen 4 one stream decodes about twice as fast as on the
+// Intel machine the test was first tuned on, while three streams gain
+// little over one, so a load sized from one stream's TPOT kept two or three
+// streams in flight and its p99 TPOT reached 3-3.9x the lone request's
+// (issue 15: 3 failures in 9 runs against a 3.5x limit). Against TPOT at
+// the load's own concurrency the factor can be tight.
+// Measured on AMD EPYC (Zen 4), 6 healthy runs: p99 TTFT 2.2-3.4x the lone
+// request's, p99 TPOT 1.15-1.5x the kBatch-stream TPOT, longest gap 2.4-2.6x,
+// at rates 0.95-1.26/s (decode-bound). With the engine's runner lock unfair
+// again (an Admit waiting behind step after step, the regression fixed when
+// these tests were written) p99 TTFT was 5.8-14x and the longest gap
+// 975-1070 ms (about 70x), and the test failed 3 runs of 3.
 //
 // To see the check fail on a setting, give the cluster one through the
 // environment (comma-separated flags), e.g.
@@ -64,16 +70,23 @@ constexpr double kSanitizerSlack = 2.0;
 constexpr double kSanitizerSlack = 1.0;
 #endif
 constexpr double kTtftFactor = 6.0 * kSanitizerSlack;
-constexpr double kTpotFactor = 3.5 * kSanitizerSlack;
+constexpr double kTpotFactor = 2.0 * kSanitizerSlack;
+// The longest gap between two tokens of any stream, against the batched
+// TPOT: healthy runs on AMD Zen 4 showed 29-40 ms (2.4-2.6x); with the
+// runner lock unfair again 455-734 ms (35-65x), while their p99 TTFT, at
+// 5.8-14x, did not always pass the TTFT factor.
+constexpr double kStallFactor = 10.0 * kSanitizerSlack;
 constexpr double kPrefillLoad = 0.25;
-// Of the decode worker's single-stream capacity. Its batched steps get more
-// out of it, but not much more on one thread beside a busy prefill worker:
-// about 1.3x at the four streams the failing CI run kept in flight (40 ms
-// steps against 13 ms alone).
+// Of the requests per second the cluster sustains at kBatch streams, closed
+// loop: an open-loop load near that would queue, and TPOT would grow with the
+// queue rather than with any scheduling fault.
 constexpr double kDecodeLoad = 0.6;
 // The lone request after the load may be at most this much slower than
 // before it.
 constexpr double kAfterLoadFactor = 2.5;
+// Streams of the batched baseline: about the peak a load at kDecodeLoad
+// keeps decoding on average and then some (see the top of the file).
+constexpr int kBatch = 3;
 constexpr int kPromptTokens = 128;
 constexpr int kOutputTokens = 96;
 // About 24 s of load at the chosen rate, at least 12 requests.
@@ -81,7 +94,40 @@ constexpr double kLoadSeconds = 24;
 
 struct Baseline {
   double ttft_ms = 0, tpot_ms = 0;
+  // Completed requests per second (closed loop).
+  double requests_per_s = 0;
 };
+
+// How many requests were decoding at once during a load (first token to
+// last): the time-weighted mean over the load's span and the peak.
+struct Concurrency {
+  double mean = 0;
+  int peak = 0;
+};
+
+Concurrency DecodeConcurrency(
+    const std::vector<loadgen::RequestRecord>& records) {
+  std::vector<std::pair<absl::Duration, int>> edges;
+  for (const loadgen::RequestRecord& r : records) {
+    if (!r.ok()) continue;
+    edges.push_back({r.sent_at + r.ttft, +1});
+    edges.push_back({r.sent_at + r.e2e, -1});
+  }
+  std::sort(edges.begin(), edges.end());
+  Concurrency c;
+  if (edges.empty()) return c;
+  int now = 0;
+  double weighted = 0;
+  for (size_t i = 0; i + 1 < edges.size(); ++i) {
+    now += edges[i].second;
+    c.peak = std::max(c.peak, now);
+    weighted +=
+        now * absl::ToDoubleSeconds(edges[i + 1].first - edges[i].first);
+  }
+  c.mean = weighted /
+           absl::ToDoubleSeconds(edges.back().first - edges.front().first);
+  return c;
+}
 
 struct SloRun {
   // One request alone, measured before the load (which sets the rate) and
@@ -89,6 +135,10 @@ struct SloRun {
   // a quiet spell of the shared machine during one baseline does not count
   // as the cluster's fault.
   Baseline before, after, alone;
+  // kBatch streams at once, before and after the load; the SLO holds TPOT
+  // to the slower of the two.
+  Baseline batched_before, batched_after;
+  double batched_tpot_ms = 0;
   double rate = 0;
   LoadSummary loaded;
   std::vector<loadgen::RequestRecord> records;
@@ -152,36 +202,48 @@ class SloTest : public ::testing::Test {
     }
   }
 
-  // One request at a time (after a warm-up): medians of five. Each baseline
-  // takes prompts of its own seed: prompts seen before would hit the prefix
-  // cache and time a prefill that never ran.
-  Baseline MeasureAlone(uint64_t seed) {
-    auto requests = loadgen::MakeWorkload(Workload(6, seed));
+  // Closed-loop requests, `concurrency` at a time, after one warm-up
+  // request alone: medians of TTFT and TPOT, and the requests per second
+  // the cluster sustained. Each baseline takes prompts of its own seed:
+  // prompts seen before would hit the prefix cache and time a prefill that
+  // never ran.
+  Baseline MeasureAt(int concurrency, int n, uint64_t seed) {
+    auto requests = loadgen::MakeWorkload(Workload(n + 1, seed));
+    const loadgen::RequestRecord warm_up =
+        target_->Send(requests->front(), absl::Now(), absl::Minutes(1));
+    EXPECT_TRUE(warm_up.ok()) << warm_up.error_kind << ": " << warm_up.error;
+    requests->erase(requests->begin());
+    loadgen::LoadOptions options;
+    options.max_concurrency = concurrency;
+    options.request_timeout = absl::Minutes(1);
+    const loadgen::LoadResult result =
+        loadgen::RunLoad(*target_, *requests, options);
     std::vector<double> ttft, tpot;
-    for (const BenchRequest& r : *requests) {
-      const loadgen::RequestRecord rec =
-          target_->Send(r, absl::Now(), absl::Minutes(1));
+    for (const loadgen::RequestRecord& rec : result.records) {
       EXPECT_TRUE(rec.ok()) << rec.error_kind << ": " << rec.error;
-      if (r.index == 0 || !rec.ok()) continue;  // warm-up
+      if (!rec.ok()) continue;
       ttft.push_back(absl::ToDoubleMilliseconds(rec.ttft));
       tpot.push_back(absl::ToDoubleMilliseconds(rec.tpot()));
     }
-    return {loadgen::Percentile(ttft, 0.5), loadgen::Percentile(tpot, 0.5)};
+    if (ttft.size() != result.records.size()) return {};
+    return {loadgen::Percentile(ttft, 0.5), loadgen::Percentile(tpot, 0.5),
+            ttft.size() / absl::ToDoubleSeconds(result.duration)};
   }
 
   // Poisson arrivals at a fraction of the capacity of the busier pool, as
-  // measured alone (see the top of the file), for about kLoadSeconds.
+  // measured (see the top of the file), for about kLoadSeconds.
   SloRun RunSteadyLoad() {
     SloRun run;
-    run.before = MeasureAlone(/*seed=*/99);
-    if (!(run.before.ttft_ms > 0 && run.before.tpot_ms > 0)) {
-      // No baseline (the lone requests failed): nothing to hold the load to.
+    run.before = MeasureAt(1, 5, /*seed=*/99);
+    run.batched_before = MeasureAt(kBatch, 3 * kBatch, /*seed=*/97);
+    if (!(run.before.ttft_ms > 0 && run.before.tpot_ms > 0 &&
+          run.batched_before.tpot_ms > 0)) {
+      // No baseline (requests failed): nothing to hold the load to.
       run.violations.push_back("no baseline: the requests alone failed");
       return run;
     }
     const double prefill_capacity = 1000.0 / run.before.ttft_ms;
-    const double decode_capacity =
-        1000.0 / (kOutputTokens * run.before.tpot_ms);
+    const double decode_capacity = run.batched_before.requests_per_s;
     run.rate = std::min(kPrefillLoad * prefill_capacity,
                         kDecodeLoad * decode_capacity);
     const int n = std::max(12, static_cast<int>(run.rate * kLoadSeconds));
@@ -194,11 +256,14 @@ class SloTest : public ::testing::Test {
         loadgen::RunLoad(*target_, *requests, options);
     run.loaded = loadgen::Summarize(result, {}, run.rate, 0);
     run.records = result.records;
-    run.after = MeasureAlone(/*seed=*/98);
+    run.after = MeasureAt(1, 5, /*seed=*/98);
+    run.batched_after = MeasureAt(kBatch, 3 * kBatch, /*seed=*/96);
     run.alone = {std::max(run.before.ttft_ms, run.after.ttft_ms),
                  std::max(run.before.tpot_ms, run.after.tpot_ms)};
+    run.batched_tpot_ms =
+        std::max(run.batched_before.tpot_ms, run.batched_after.tpot_ms);
     const double ttft_limit = kTtftFactor * run.alone.ttft_ms;
-    const double tpot_limit = kTpotFactor * run.alone.tpot_ms;
+    const double tpot_limit = kTpotFactor * run.batched_tpot_ms;
     // Taking the slower baseline must not hide a cluster that stayed slow
     // after the load (a leak, a stuck thread). The two baselines differed
     // by up to 1.5x either way in hand runs (the machine's noise).
@@ -221,20 +286,33 @@ class SloTest : public ::testing::Test {
     }
     if (run.loaded.tpot_ms.p99 > tpot_limit) {
       run.violations.push_back(absl::StrFormat(
-          "p99 TPOT %.2f ms > %.1f x %.2f ms alone", run.loaded.tpot_ms.p99,
-          kTpotFactor, run.alone.tpot_ms));
+          "p99 TPOT %.2f ms > %.1f x %.2f ms at %d streams",
+          run.loaded.tpot_ms.p99, kTpotFactor, run.batched_tpot_ms, kBatch));
     }
+    if (run.loaded.itl_ms.max > kStallFactor * run.batched_tpot_ms) {
+      run.violations.push_back(absl::StrFormat(
+          "a stream stalled: longest gap between tokens %.1f ms > %.0f x "
+          "%.2f ms at %d streams",
+          run.loaded.itl_ms.max, kStallFactor, run.batched_tpot_ms, kBatch));
+    }
+    const Concurrency decoding = DecodeConcurrency(run.records);
     // For the test log: what was measured against what.
     absl::PrintF(
         "SLO-RUN|alone TTFT %.1f ms TPOT %.2f ms (before the load %.1f, "
-        "%.2f; after %.1f, %.2f)|rate %.2f/s (%s-bound), %d "
-        "requests|p99 TTFT %.1f ms (limit %.0f) p99 TPOT %.2f ms (limit "
-        "%.2f)|%s\n",
+        "%.2f; after %.1f, %.2f)|%d streams TPOT %.2f ms, %.2f req/s (before "
+        "%.2f ms %.2f/s, after %.2f ms %.2f/s)|rate %.2f/s (%s-bound), %d "
+        "requests, decoding %.2f streams on average, %d at most|p99 TTFT "
+        "%.1f ms (limit %.0f) p99 TPOT %.2f ms (limit %.2f) max ITL %.1f ms "
+        "(limit %.0f)|%s\n",
         run.alone.ttft_ms, run.alone.tpot_ms, run.before.ttft_ms,
-        run.before.tpot_ms, run.after.ttft_ms, run.after.tpot_ms, run.rate,
+        run.before.tpot_ms, run.after.ttft_ms, run.after.tpot_ms, kBatch,
+        run.batched_tpot_ms, decode_capacity, run.batched_before.tpot_ms,
+        run.batched_before.requests_per_s, run.batched_after.tpot_ms,
+        run.batched_after.requests_per_s, run.rate,
         run.rate < kPrefillLoad * prefill_capacity ? "decode" : "prefill",
-        run.loaded.sent, run.loaded.ttft_ms.p99, ttft_limit,
-        run.loaded.tpot_ms.p99, tpot_limit,
+        run.loaded.sent, decoding.mean, decoding.peak, run.loaded.ttft_ms.p99,
+        ttft_limit, run.loaded.tpot_ms.p99, tpot_limit, run.loaded.itl_ms.max,
+        kStallFactor * run.batched_tpot_ms,
         run.violations.empty() ? "met" : "VIOLATED");
     absl::PrintF("%s", loadgen::FormatSummary(run.loaded));
     return run;
