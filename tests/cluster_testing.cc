@@ -39,6 +39,23 @@ std::string SlowTinyModelPath() {
   return path;
 }
 
+std::string HeavyTinyModelPath() {
+  static const std::string path = [] {
+    const std::string p =
+        absl::StrCat(::testing::TempDir(), "/heavy-model.gguf");
+    model::TinyModelOptions options;
+    options.num_layers = 8;
+    options.hidden_size = 1024;
+    options.ffn_size = 2816;
+    options.num_heads = 16;
+    options.num_kv_heads = 4;
+    options.context_length = 4096;
+    EXPECT_TRUE(model::WriteTinyModel(options, p).ok());
+    return p;
+  }();
+  return path;
+}
+
 std::string TinyModelPath() {
   static std::once_flag once;
   static std::string path;

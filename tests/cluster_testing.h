@@ -25,6 +25,12 @@ std::string TinyModelPath();
 // written once per process.
 std::string SlowTinyModelPath();
 
+// A random model of about 90 M parameters (8 layers, 1024 wide, context
+// 4096) whose generation to the end of its context takes seconds even on a
+// CPU twice as fast as today's: for tests whose deadline or cancel must fall
+// well inside one request. Written once per process (a second or two).
+std::string HeavyTinyModelPath();
+
 // The default model's path from PDSERVE_DEFAULT_MODEL, or "" when unset.
 std::string DefaultModelPathOrEmpty();
 

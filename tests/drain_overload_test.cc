@@ -135,9 +135,10 @@ std::string CompletionText(const std::string& body) {
 class OverloadTest : public FaultTest {
  protected:
   // `clients` clients for `duration`; client i always sends requests_[i],
-  // over OpenAI HTTP when `http` says so, else gRPC.
+  // over OpenAI HTTP when `http` says so, else gRPC, and waits `backoff`
+  // after a refusal before it tries again.
   LoadResult Run(int clients, absl::Duration duration,
-                 const std::function<bool(int)>& http) {
+                 const std::function<bool(int)>& http, absl::Duration backoff) {
     LoadResult result;
     std::vector<double> tpot;
     absl::Mutex mu;
@@ -154,6 +155,7 @@ class OverloadTest : public FaultTest {
                           requests_[i].token_ids().ids().end(), ","),
             R"(], "max_tokens": 24, "ignore_eos": true, "temperature": 0})");
         while (absl::Now() < stop) {
+          bool refused = false;
           if (over_http) {
             auto r = client.Post("/v1/completions", body, "application/json");
             absl::MutexLock lock(&mu);
@@ -162,6 +164,7 @@ class OverloadTest : public FaultTest {
               ++result.completed;
             } else if (r && r->status == 503) {
               ++result.refused;
+              refused = true;
               result.retry_after_missing += !r->has_header("Retry-After");
             } else {
               ++result.lost;
@@ -179,13 +182,14 @@ class OverloadTest : public FaultTest {
             } else if (o.status.code() ==
                        absl::StatusCode::kResourceExhausted) {
               ++result.refused;
+              refused = true;
             } else {
               ++result.lost;
               ADD_FAILURE() << "gRPC client " << i << ": " << o.status;
             }
           }
           // Told to come back later, a client does, a little later.
-          absl::SleepFor(absl::Milliseconds(100));
+          if (refused) absl::SleepFor(backoff);
         }
       });
     }
@@ -231,13 +235,26 @@ TEST_F(OverloadTest, OverloadIsRefusedCleanlyAndAdmittedRequestsFinish) {
   std::vector<Outcome> all_expected = expected_;
   expected_.assign(
       {all_expected[1], all_expected[2], all_expected[3], all_expected[5]});
-  const LoadResult at_capacity =
-      Run(kCapacity, absl::Seconds(3), [](int) { return false; });
+  constexpr absl::Duration kAtCapacityFor = absl::Seconds(3);
+  const LoadResult at_capacity = Run(
+      kCapacity, kAtCapacityFor, [](int) { return false; },
+      absl::ZeroDuration());
+  ASSERT_GT(at_capacity.completed, 0);
   requests_ = all;
   expected_ = all_expected;
+  // A refused client comes back after twice a request's time at capacity,
+  // measured just now: the 36 clients over capacity then knock about 4.5
+  // times as often as admitted requests finish, on any CPU, without
+  // flooding two cores with refusals. (A fixed 100 ms let a CPU twice as
+  // fast as AMD Zen 4, where a request takes 20-30 ms, finish about as many
+  // requests as it refused.)
+  const absl::Duration request_time =
+      kAtCapacityFor * kCapacity / at_capacity.completed;
+  const absl::Duration backoff =
+      std::max(2 * request_time, absl::Milliseconds(1));
   // Every fourth client speaks OpenAI HTTP.
-  const LoadResult overload =
-      Run(kClients, absl::Seconds(6), [](int i) { return i % 4 == 0; });
+  const LoadResult overload = Run(
+      kClients, absl::Seconds(6), [](int i) { return i % 4 == 0; }, backoff);
 
   EXPECT_EQ(at_capacity.lost + at_capacity.refused, 0);
   EXPECT_GT(overload.completed, kCapacity);
@@ -261,7 +278,8 @@ TEST_F(OverloadTest, OverloadIsRefusedCleanlyAndAdmittedRequestsFinish) {
   FaultRow row;
   row.fault =
       absl::StrCat("overload: ", kClients, " clients on a router admitting ",
-                   kCapacity, " (6 s, 1/4 HTTP)");
+                   kCapacity, " (6 s, 1/4 HTTP, back off ",
+                   absl::ToInt64Milliseconds(backoff), " ms when refused)");
   row.sent = overload.completed + overload.refused + overload.lost;
   row.completed = overload.completed;
   row.rejected = overload.refused;

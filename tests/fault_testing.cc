@@ -26,7 +26,7 @@ void FaultTest::Start(
   cli::LocalClusterOptions cluster;
   cluster.bin_dir = BinDir();
   cluster.work_dir = MakeWorkDir(name);
-  cluster.model_path = SlowTinyModelPath();
+  cluster.model_path = model_path_.empty() ? SlowTinyModelPath() : model_path_;
   cluster.num_prefill = prefill;
   cluster.num_decode = decode;
   cluster.lease = absl::Milliseconds(1500);

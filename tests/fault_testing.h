@@ -109,6 +109,8 @@ class FaultTest : public ::testing::Test {
   std::map<std::string, v1::WorkerInfo> Workers();
 
   std::unique_ptr<cli::LocalCluster> cluster_;
+  // The model Start serves; empty: SlowTinyModelPath().
+  std::string model_path_;
   // Processes whose exit is not expected to be clean.
   std::set<std::string> disturbed_;
 };

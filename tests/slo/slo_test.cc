@@ -40,6 +40,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -342,10 +343,17 @@ TEST_F(SloTest, SteadyLoadMeetsTheLatencySlos) {
   }
   EXPECT_LT(loadgen::Percentile(unexplained, 0.5),
             0.5 * run.loaded.ttft_ms.p50);
-  // The load was real: most requests ran while another one did (else the
-  // test proves nothing about scheduling). Counted from the records, not
-  // from the mean number in flight, which falls as the cluster gets better
-  // at overlapping (11 of 12 overlapped in hand runs).
+  // The load was real: requests ran while others did (else the test proves
+  // nothing about scheduling). Counted from the records, not from the mean
+  // number in flight, which falls as the cluster gets better at overlapping
+  // (11 of 12 overlapped in hand runs). Poisson arrivals at `rate` overlap a
+  // request lasting e2e with probability 1 - exp(-2 rate e2e): about 0.9
+  // here, but 0.6 where prefill is twice as slow and decode twice as fast,
+  // so the bound is a share of what this run's rate and lone latency make
+  // likely, not a fixed half.
+  const double lone_e2e_s =
+      (run.alone.ttft_ms + kOutputTokens * run.alone.tpot_ms) / 1000.0;
+  const double likely_overlap = 1.0 - std::exp(-2.0 * run.rate * lone_e2e_s);
   int overlapped = 0;
   for (const loadgen::RequestRecord& a : run.records) {
     for (const loadgen::RequestRecord& b : run.records) {
@@ -356,11 +364,13 @@ TEST_F(SloTest, SteadyLoadMeetsTheLatencySlos) {
       }
     }
   }
-  absl::PrintF("SLO-OVERLAP|%d of %d requests overlapped another\n", overlapped,
-               run.records.size());
-  EXPECT_GE(2 * overlapped, static_cast<int>(run.records.size()))
+  absl::PrintF(
+      "SLO-OVERLAP|%d of %d requests overlapped another (%.2f likely)\n",
+      overlapped, run.records.size(), likely_overlap);
+  EXPECT_GE(overlapped, 0.6 * likely_overlap * run.records.size())
       << "only " << overlapped << " of " << run.records.size()
-      << " requests overlapped another";
+      << " requests overlapped another, where " << likely_overlap
+      << " of them would be likely";
 }
 
 // The load generator's targets against the real router: gRPC and OpenAI
