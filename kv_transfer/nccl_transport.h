@@ -87,7 +87,8 @@
 // race with other calls; the destructor aborts every communicator, stops
 // every thread and frees what the transport allocated, within a bounded time.
 //
-// This header is plain C++: CUDA and NCCL appear only in nccl_transport.cc.
+// This header is plain C++: CUDA and NCCL appear only in the transport's
+// private files (nccl_*.cc and the nccl_*.h headers other than this one).
 #ifndef PDSERVE_KV_TRANSFER_NCCL_TRANSPORT_H_
 #define PDSERVE_KV_TRANSFER_NCCL_TRANSPORT_H_
 
@@ -162,17 +163,20 @@ class NcclTransport final : public TransportBase {
                                          absl::Time deadline) override;
 
  private:
+  // Defined in nccl_transport_state.h.
   struct Region;
   struct Staging;   // The staging buffers (CUDA), shared by all threads.
   struct Export;    // Receiver side: one communicator and serve thread.
   struct Peer;      // Writer side: one communicator and worker thread.
   struct WriterOp;  // A posted write or notice, owned by its peer's thread.
+  // What each thread runs: an export's (nccl_export_receiver.h) and a
+  // peer's (nccl_peer_writer.h).
+  class ExportReceiver;
+  class PeerWriter;
 
   explicit NcclTransport(const NcclTransportOptions& options);
   absl::Status Start();
 
-  void ServeLoop(Export* exported);
-  void PeerLoop(Peer* peer);
   // Stops an export's or a peer's thread and waits for it.
   void StopExport(Export* exported);
   void StopPeer(Peer* peer);

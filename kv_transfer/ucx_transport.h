@@ -90,7 +90,9 @@ class UcxTransport final : public TransportBase {
   ResourceCounts resource_counts();
 
  private:
-  struct State;  // Everything UCX; touched only on the progress thread.
+  // Everything UCX; touched only on the progress thread. Defined in
+  // ucx_transport_state.h, which also says which file does what.
+  struct State;
 
   explicit UcxTransport(const UcxTransportOptions& options);
   absl::Status Start();
