@@ -379,18 +379,10 @@ absl::Status RefuseUnsupportedChatFields(const json& body) {
   return absl::OkStatus();
 }
 
-// Fields shared by completions and chat completions.
-absl::Status ParseCommon(const json& body, OpenAiRequest* out) {
-  v1::GenerateRequest& request = out->generate;
-  v1::SamplingParams& sampling = *request.mutable_sampling();
-
-  PD_ASSIGN_OR_RETURN(std::optional<std::string> model,
-                      GetString(body, "model"));
-  if (model.has_value()) request.set_model(*model);
-  PD_ASSIGN_OR_RETURN(std::optional<std::string> request_id,
-                      GetString(body, "request_id"));
-  if (request_id.has_value()) request.set_request_id(*request_id);
-
+// Sampling's numbers: the length limit, temperature, the top-k/top-p/min-p
+// cut-offs and the penalties.
+absl::Status ParseSamplingNumbers(const json& body, v1::SamplingParams* out) {
+  v1::SamplingParams& sampling = *out;
   // max_completion_tokens (the newer OpenAI name) wins, as in vLLM.
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     PD_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens, GetInt(body, key));
@@ -448,7 +440,13 @@ absl::Status ParseCommon(const json& body, OpenAiRequest* out) {
       sampling.set_frequency_penalty(static_cast<float>(*penalty));
     }
   }
+  return absl::OkStatus();
+}
 
+// Sampling's other controls: the seed, stop strings and ids, ignore_eos and
+// logit_bias.
+absl::Status ParseSamplingControls(const json& body, v1::SamplingParams* out) {
+  v1::SamplingParams& sampling = *out;
   // Any 64-bit integer; negative seeds are reinterpreted as unsigned (the
   // seed only feeds the RNG).
   if (const json* seed = Find(body, "seed"); seed != nullptr) {
@@ -478,21 +476,13 @@ absl::Status ParseCommon(const json& body, OpenAiRequest* out) {
                       GetBool(body, "ignore_eos"));
   sampling.set_ignore_eos(ignore_eos.value_or(false));
   PD_RETURN_IF_ERROR(ParseLogitBias(body, &sampling));
+  return absl::OkStatus();
+}
 
-  PD_ASSIGN_OR_RETURN(std::optional<int64_t> n, GetInt(body, "n"));
-  if (n.has_value() && *n != 1) {
-    return BadParam("n", "must be 1 (multiple choices are not supported)");
-  }
-  PD_ASSIGN_OR_RETURN(std::optional<int64_t> priority,
-                      GetInt(body, "priority"));
-  if (priority.has_value()) {
-    if (*priority < kMinPriority || *priority > kMaxPriority) {
-      return BadParam("priority", absl::StrCat("must be in [", kMinPriority,
-                                               ", ", kMaxPriority, "]"));
-    }
-    request.set_priority(static_cast<int32_t>(*priority));
-  }
-
+// "stream" and "stream_options"; usage is always reported when not
+// streaming (the body carries it).
+absl::Status ParseStreaming(const json& body, OpenAiRequest* out) {
+  v1::GenerateRequest& request = out->generate;
   PD_ASSIGN_OR_RETURN(std::optional<bool> stream, GetBool(body, "stream"));
   out->stream = stream.value_or(false);
   if (const json* options = Find(body, "stream_options"); options != nullptr) {
@@ -509,6 +499,40 @@ absl::Status ParseCommon(const json& body, OpenAiRequest* out) {
   }
   request.mutable_stream_options()->set_include_usage(
       out->stream ? out->include_usage : true);
+  return absl::OkStatus();
+}
+
+// Fields shared by completions and chat completions, checked in this order
+// (the first bad one is the one the 400 names).
+absl::Status ParseCommon(const json& body, OpenAiRequest* out) {
+  v1::GenerateRequest& request = out->generate;
+  v1::SamplingParams& sampling = *request.mutable_sampling();
+
+  PD_ASSIGN_OR_RETURN(std::optional<std::string> model,
+                      GetString(body, "model"));
+  if (model.has_value()) request.set_model(*model);
+  PD_ASSIGN_OR_RETURN(std::optional<std::string> request_id,
+                      GetString(body, "request_id"));
+  if (request_id.has_value()) request.set_request_id(*request_id);
+
+  PD_RETURN_IF_ERROR(ParseSamplingNumbers(body, &sampling));
+  PD_RETURN_IF_ERROR(ParseSamplingControls(body, &sampling));
+
+  PD_ASSIGN_OR_RETURN(std::optional<int64_t> n, GetInt(body, "n"));
+  if (n.has_value() && *n != 1) {
+    return BadParam("n", "must be 1 (multiple choices are not supported)");
+  }
+  PD_ASSIGN_OR_RETURN(std::optional<int64_t> priority,
+                      GetInt(body, "priority"));
+  if (priority.has_value()) {
+    if (*priority < kMinPriority || *priority > kMaxPriority) {
+      return BadParam("priority", absl::StrCat("must be in [", kMinPriority,
+                                               ", ", kMaxPriority, "]"));
+    }
+    request.set_priority(static_cast<int32_t>(*priority));
+  }
+
+  PD_RETURN_IF_ERROR(ParseStreaming(body, out));
 
   PD_ASSIGN_OR_RETURN(std::optional<double> timeout,
                       GetNumber(body, "timeout"));
