@@ -19,8 +19,12 @@
 // or migrated after it: the prompt plus the tokens the client already has
 // are prefilled again on another pair and the stream continues with the
 // next token, none lost or repeated (engine::TokenStream replays the
-// sampler and text state). A client that
-// goes away (the sink returns false) cancels the request on every worker.
+// sampler and text state). A client that goes away (the sink returns false)
+// cancels the request on every worker.
+//
+// generation_core.cc holds the request's life (encoding, validation, the
+// choice of workers, retries and migrations); generation_attempt.cc one try
+// of it on the workers, step by step.
 //
 // Each Generate runs on its caller's thread, using blocking gRPC client
 // calls (the front ends give each request its own thread); at most
@@ -44,7 +48,9 @@
 #include "model/model.h"
 #include "proto/worker.grpc.pb.h"
 #include "router/client_api.h"
+#include "router/request_stream.h"
 #include "router/routing_policy.h"
+#include "router/worker_calls.h"
 #include "router/worker_registry.h"
 #include "rpc/stub_cache.h"
 
@@ -91,43 +97,85 @@ class GenerationCore : public ClientApi {
   void WorkersLost(const std::vector<std::string>& worker_ids);
 
  private:
-  class Request;
-  class WorkerCall;
   struct Outstanding {
     int64_t tokens = 0;
     int32_t sequences = 0;
   };
-  // The prompt's token ids, and the text the template rendered (chat).
+  // One try of a request (number >= 1) on the workers its route chose.
+  struct Attempt {
+    const v1::GenerateRequest& request;
+    const std::vector<int32_t>& tokens;  // The prompt.
+    uint32_t number;
+    absl::Time deadline;
+    RequestStream& state;
+    // The tokens the client already had when the try began (a migration):
+    // the workers compute prompt + these and continue after them.
+    std::vector<uint32_t> replayed;
+    // On a worker's failure (UNAVAILABLE): the workers to avoid on the
+    // next try.
+    std::vector<std::string>* culprits;
+  };
+  // The decode worker holding blocks for a disaggregated try, and where the
+  // prefill worker writes the KV.
+  struct Admission {
+    const WorkerView* decoder = nullptr;
+    v1::KvTransferTarget target;
+  };
+
+  // The prompt's token ids (chat: rendered with the chat template).
   absl::StatusOr<std::vector<int32_t>> Encode(const v1::GenerateRequest& r);
   absl::Status Validate(v1::GenerateRequest& request,
                         const std::vector<int32_t>& tokens);
+  // Counts the request against max_inflight and claims its id; the
+  // RESOURCE_EXHAUSTED or ALREADY_EXISTS when it cannot run.
+  absl::Status TakeInflightSlot(const std::string& id);
+  void ReleaseInflightSlot(const std::string& id);
+  // After a try failed with `status` (UNAVAILABLE): OK to try again, after
+  // the backoff, or the error that ends the request (too many tries, the
+  // deadline, the client gone). `retries` counts the tries so far.
+  absl::Status PrepareRetry(const Attempt& failed_try,
+                            const absl::Status& status, int& retries,
+                            CancelToken* cancel);
   // Serving workers of `role` for this model, with the prompt's cached
   // prefix on each and this router's outstanding work.
   std::vector<WorkerView> Candidates(v1::WorkerRole role,
                                      absl::Span<const int32_t> tokens);
-  // One try of the request (attempt >= 1), continuing after the tokens
-  // the client already has. On a worker's failure (UNAVAILABLE) *culprits
-  // gets the workers to avoid on the next try.
-  absl::Status RunLocal(const v1::GenerateRequest& request,
-                        const std::vector<int32_t>& tokens,
-                        const WorkerView& worker, uint32_t attempt,
-                        absl::Time deadline, Request& state,
-                        std::vector<std::string>* culprits);
-  absl::Status RunDisaggregated(const v1::GenerateRequest& request,
-                                const std::vector<int32_t>& tokens,
-                                const WorkerView& prefill,
-                                const std::vector<const WorkerView*>& decode,
-                                uint32_t attempt, absl::Time deadline,
-                                Request& state,
-                                std::vector<std::string>* culprits);
   // `workers` without those in `failed`, unless that leaves none.
   static std::vector<WorkerView> Prefer(
       std::vector<WorkerView> workers,
       const absl::flat_hash_set<std::string>& failed);
+
+  // The paths of one try (generation_attempt.cc).
+  absl::Status RunLocal(const Attempt& a, const WorkerView& worker);
+  absl::Status RunDisaggregated(const Attempt& a, const WorkerView& prefill,
+                                const std::vector<const WorkerView*>& decode);
+  // Disaggregated, step 1: blocks on the first decode worker in `decode`
+  // with room for them.
+  absl::StatusOr<Admission> Admit(const Attempt& a, const WorkerView& prefill,
+                                  const std::vector<const WorkerView*>& decode);
+  v1::AdmitRequest AdmitRequestFor(const Attempt& a,
+                                   const WorkerView& prefill) const;
+  // Gives an admission's blocks back; unless `writes_quiesced` (a write may
+  // still land) the decode worker quarantines them first.
+  void Release(const Admission& admission, const std::string& request_id,
+               bool writes_quiesced, const std::string& why);
+  // Step 2: the prefill, its KV pushed into the admitted blocks. Returns the
+  // first token.
+  absl::StatusOr<v1::PrefillResponse> Prefill(const Attempt& a,
+                                              const WorkerView& prefill,
+                                              const Admission& admission);
+  // Cleans up after a failed prefill and says why the try failed.
+  absl::Status PrefillFailed(const Attempt& a, const WorkerView& prefill,
+                             const Admission& admission,
+                             const absl::Status& prefilled);
+  // Step 3: the first token to the client, then the decode worker streams
+  // the rest.
+  absl::Status DecodeAfterPrefill(const Attempt& a, const Admission& admission,
+                                  const v1::PrefillResponse& first);
   // Reads a StartDecode stream into the client's stream.
   absl::Status StreamDecode(const WorkerView& worker,
                             const v1::StartDecodeRequest& start,
-                            absl::Time deadline, Request& state);
+                            absl::Time deadline, RequestStream& state);
   v1::DecodeWorker::Stub* DecodeStub(const std::string& address) {
     return decode_stubs_.Get(address);
   }
@@ -142,16 +190,13 @@ class GenerationCore : public ClientApi {
   RoutingPolicy* const policy_;
   const GenerationCoreOptions options_;
   std::atomic<int32_t> inflight_{0};
-  std::atomic<uint64_t> next_request_{1};
 
   absl::Mutex mu_;
   absl::flat_hash_set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Outstanding> outstanding_
       ABSL_GUARDED_BY(mu_);
-  // Blocking calls in flight, by worker id (see WorkerCall).
-  absl::Mutex calls_mu_;
-  absl::flat_hash_map<std::string, absl::flat_hash_set<WorkerCall*>> calls_
-      ABSL_GUARDED_BY(calls_mu_);
+  // Blocking calls in flight, cut when their worker is lost.
+  WorkerCalls calls_;
   rpc::StubCache<v1::DecodeWorker> decode_stubs_;
   rpc::StubCache<v1::PrefillWorker> prefill_stubs_;
 };

@@ -26,7 +26,8 @@
 #include "common/log.h"
 #include "httplib.h"
 #include "proto/client.pb.h"
-#include "router/openai_api.h"
+#include "router/openai_request.h"
+#include "router/openai_response.h"
 
 namespace pdserve::router {
 namespace {
