@@ -21,13 +21,13 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "kernels/ggml_type.h"
 #include "kernels/matmul.h"
-#include "model/gguf_types.h"
 
 namespace pdserve::bench {
 namespace {
 
-using model::GgmlType;
+using kernels::GgmlType;
 
 struct Operands {
   std::vector<uint8_t> weights;
@@ -42,7 +42,7 @@ struct Operands {
 Operands Make(GgmlType type, int64_t rows, int64_t cols, int tokens) {
   Operands o;
   std::mt19937 rng(7);
-  o.row_bytes = static_cast<int64_t>(*model::GgmlTypeBytes(type, cols));
+  o.row_bytes = static_cast<int64_t>(*kernels::GgmlTypeBytes(type, cols));
   o.weights.resize(rows * o.row_bytes);
   for (uint8_t& b : o.weights) b = static_cast<uint8_t>(rng());
   const int64_t block_bytes = o.row_bytes / (cols / 32);

@@ -15,8 +15,8 @@
 namespace pdserve::engine {
 namespace {
 
+using kernels::GgmlType;
 using kv_transfer::KvHalf;
-using model::GgmlType;
 using model::WeightMatrix;
 
 }  // namespace

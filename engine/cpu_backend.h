@@ -41,8 +41,8 @@
 #include "common/thread_pool.h"
 #include "engine/forward_backend.h"
 #include "engine/kv_cache_pool.h"
+#include "kernels/ggml_type.h"
 #include "kernels/matmul.h"
-#include "model/gguf_types.h"
 #include "model/model_config.h"
 #include "model/model_weights.h"
 
@@ -99,7 +99,7 @@ class CpuBackend : public ForwardBackend {
   // matrix that reads the same rows in the same format (Q, K and V).
   struct QuantizedRows {
     const float* source = nullptr;
-    model::GgmlType format = model::GgmlType::kF32;
+    kernels::GgmlType format = kernels::GgmlType::kF32;
     int64_t row_bytes = 0;
     std::vector<uint8_t> bytes;
   };

@@ -14,14 +14,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/block_unpack.h"
+#include "kernels/ggml_type.h"
 #include "kernels/matmul_avx512.h"
 #include "kernels/quant.h"
-#include "model/gguf_types.h"
 
 namespace pdserve::kernels {
 namespace {
-
-using model::GgmlType;
 
 // The block layouts are read with memcpy-based little-endian loads.
 static_assert(std::endian::native == std::endian::little,
@@ -673,10 +671,9 @@ constexpr int64_t kMaxRowTile = 16;
 absl::StatusOr<GgmlType> VecDotType(GgmlType weight_type) {
   const WeightKernel* k = FindKernel(weight_type);
   if (k == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("no dot product for weights of ggml type ",
-                     model::GgmlTypeName(weight_type), " (id ",
-                     static_cast<uint32_t>(weight_type), ")"));
+    return absl::UnimplementedError(absl::StrCat(
+        "no dot product for weights of ggml type ", GgmlTypeName(weight_type),
+        " (id ", static_cast<uint32_t>(weight_type), ")"));
   }
   return k->act_type;
 }
@@ -686,9 +683,9 @@ absl::Status ValidateVecDot(GgmlType weight_type, int64_t n) {
   if (!act.ok()) return act.status();
   const int block = FindKernel(weight_type)->block;
   if (n <= 0 || n % block != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rows of ", n, " elements of ", model::GgmlTypeName(weight_type),
-        ": need a positive multiple of the block size ", block));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows of ", n, " elements of ", GgmlTypeName(weight_type),
+                     ": need a positive multiple of the block size ", block));
   }
   return absl::OkStatus();
 }

@@ -57,38 +57,38 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/gguf_types.h"
+#include "kernels/ggml_type.h"
 
 namespace pdserve::kernels {
 
 // The activation format that the dot product of `weight_type` consumes (see
 // the table above). UNIMPLEMENTED, naming the type, for any other type.
-absl::StatusOr<model::GgmlType> VecDotType(model::GgmlType weight_type);
+absl::StatusOr<GgmlType> VecDotType(GgmlType weight_type);
 
 // OK when rows of `n` elements of `weight_type` are supported: the type has
 // a VecDotType and n is a positive multiple of its block size (32 or 256;
 // 1 for F32/F16/BF16). UNIMPLEMENTED or INVALID_ARGUMENT otherwise.
-absl::Status ValidateVecDot(model::GgmlType weight_type, int64_t n);
+absl::Status ValidateVecDot(GgmlType weight_type, int64_t n);
 
 // Bytes of `n` activations in `vec_dot_type` (one of the activation formats
 // above; n a multiple of its block size). -1 for any other type.
-int64_t ActivationRowBytes(model::GgmlType vec_dot_type, int64_t n);
+int64_t ActivationRowBytes(GgmlType vec_dot_type, int64_t n);
 
 // Converts the `n` floats of `x` to `vec_dot_type`, writing
 // ActivationRowBytes(vec_dot_type, n) bytes to `out` (no alignment needed).
 // Writes nothing for a type that is not an activation format.
-void QuantizeActivations(model::GgmlType vec_dot_type, const float* x,
-                         int64_t n, void* out);
+void QuantizeActivations(GgmlType vec_dot_type, const float* x, int64_t n,
+                         void* out);
 
 // Dot product of one weight row (`n` elements of `weight_type`) with one
 // activation row (`n` activations quantized to VecDotType(weight_type)).
 // NaN for an unsupported weight type.
 // VecDot computed by the portable scalar kernel, whatever the CPU: the
 // reference the SIMD kernels (picked at run time) must equal bit for bit.
-float VecDotReference(model::GgmlType weight_type, const void* weight_row,
+float VecDotReference(GgmlType weight_type, const void* weight_row,
                       const void* activations, int64_t n);
 
-float VecDot(model::GgmlType weight_type, const void* weight_row,
+float VecDot(GgmlType weight_type, const void* weight_row,
              const void* activations, int64_t n);
 
 // For r in [row_begin, row_end) and t in [0, n_tokens):
@@ -100,7 +100,7 @@ float VecDot(model::GgmlType weight_type, const void* weight_row,
 // weight row is read from memory once per call however many tokens there
 // are (what makes batched decode and prefill cheap).
 // An unsupported weight type writes NaN to the outputs.
-void MatMulRows(model::GgmlType weight_type, const void* weights, int64_t n,
+void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
                 int64_t row_begin, int64_t row_end, const void* activations,
                 int n_tokens, float* out, int64_t out_stride);
 
@@ -120,7 +120,7 @@ class PackedMatrix {
  public:
   // Empty when there is no packed kernel for this type on this CPU, or
   // for rows of more than 16384 elements.
-  static std::unique_ptr<PackedMatrix> Pack(model::GgmlType weight_type,
+  static std::unique_ptr<PackedMatrix> Pack(GgmlType weight_type,
                                             const void* weights, int64_t rows,
                                             int64_t n);
 
@@ -137,10 +137,10 @@ class PackedMatrix {
   int64_t rows() const { return rows_; }
 
  private:
-  PackedMatrix(model::GgmlType type, int64_t rows, int64_t n)
+  PackedMatrix(GgmlType type, int64_t rows, int64_t n)
       : type_(type), rows_(rows), n_(n) {}
 
-  model::GgmlType type_;
+  GgmlType type_;
   int64_t rows_;
   int64_t n_;
   std::vector<uint8_t> bytes_;
@@ -148,8 +148,8 @@ class PackedMatrix {
 
 // MatMulRows as CPUs without AVX-512 VNNI run it (VecDot pair by pair, in
 // row tiles), whatever this CPU has: lets tests check that path here too.
-void MatMulRowsByVecDot(model::GgmlType weight_type, const void* weights,
-                        int64_t n, int64_t row_begin, int64_t row_end,
+void MatMulRowsByVecDot(GgmlType weight_type, const void* weights, int64_t n,
+                        int64_t row_begin, int64_t row_end,
                         const void* activations, int n_tokens, float* out,
                         int64_t out_stride);
 

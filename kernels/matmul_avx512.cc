@@ -39,8 +39,6 @@
 namespace pdserve::kernels::internal {
 namespace {
 
-using model::GgmlType;
-
 constexpr int kTile = 4;  // rows and tokens per register tile
 constexpr int64_t kChunkBytes = 256 * 1024;
 

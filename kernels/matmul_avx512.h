@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "model/gguf_types.h"
+#include "kernels/ggml_type.h"
 
 namespace pdserve::kernels::internal {
 
@@ -20,8 +20,8 @@ namespace pdserve::kernels::internal {
 // weights with rows of at most kMaxAvx512Blocks blocks. Returns false, and
 // writes nothing, for anything else.
 inline constexpr int64_t kMaxAvx512Blocks = 512;
-bool MatMulRowsAvx512(model::GgmlType weight_type, const uint8_t* weights,
-                      int64_t n, int64_t row_begin, int64_t row_end,
+bool MatMulRowsAvx512(GgmlType weight_type, const uint8_t* weights, int64_t n,
+                      int64_t row_begin, int64_t row_end,
                       const uint8_t* activations, int n_tokens, float* out,
                       int64_t out_stride);
 
@@ -42,12 +42,12 @@ bool MatMulRowsAvx512(model::GgmlType weight_type, const uint8_t* weights,
 inline constexpr int kPackRows = 16;
 
 // Bytes of the packed form; 0 for a type without one.
-int64_t PackedBytes(model::GgmlType type, int64_t rows, int64_t cols);
+int64_t PackedBytes(GgmlType type, int64_t rows, int64_t cols);
 
 // Writes the packed form of `rows` rows of `cols` elements to `out`
 // (PackedBytes(...) bytes). False, writing nothing, for other types.
-bool PackRows(model::GgmlType type, const uint8_t* weights, int64_t rows,
-              int64_t cols, uint8_t* out);
+bool PackRows(GgmlType type, const uint8_t* weights, int64_t rows, int64_t cols,
+              uint8_t* out);
 
 // out[t * out_stride + r] for r in [row_begin, row_end) (row_begin a
 // multiple of kPackRows; rows of at most kMaxAvx512Blocks blocks) and
@@ -57,7 +57,7 @@ bool PackRows(model::GgmlType type, const uint8_t* weights, int64_t rows,
 // batched decode: the weights of a block are unpacked once for two tokens,
 // which then take one broadcast vpdpbusd, convert and multiply-add per ggml
 // lane and 16 rows).
-void MatMulPacked(model::GgmlType type, const uint8_t* packed, int64_t cols,
+void MatMulPacked(GgmlType type, const uint8_t* packed, int64_t cols,
                   int64_t row_begin, int64_t row_end,
                   const uint8_t* activations, int n_tokens, float* out,
                   int64_t out_stride);

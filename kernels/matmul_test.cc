@@ -16,14 +16,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/ggml_type.h"
 #include "kernels/quant.h"
 #include "model/gguf.h"
-#include "model/gguf_types.h"
 
 namespace pdserve::kernels {
 namespace {
-
-using model::GgmlType;
 
 // Every weight type with a dot product, and its activation format.
 struct TypePair {
@@ -39,7 +37,7 @@ constexpr TypePair kPairs[] = {
     {GgmlType::kQ6_K, GgmlType::kQ8_K},
 };
 
-std::string Name(GgmlType t) { return model::GgmlTypeName(t); }
+std::string Name(GgmlType t) { return GgmlTypeName(t); }
 
 // ---------------------------------------------------------------------------
 // Byte helpers and block encoders, written from the layouts in matmul.h and
@@ -265,7 +263,7 @@ TEST(MatMulTypesTest, ActivationRowBytesMatchGgmlSizes) {
   for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ8_1, GgmlType::kQ8_K,
                      GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
     for (int64_t n : {256, 512, 1024}) {
-      absl::StatusOr<uint64_t> want = model::GgmlTypeBytes(t, n);
+      absl::StatusOr<uint64_t> want = GgmlTypeBytes(t, n);
       ASSERT_TRUE(want.ok());
       EXPECT_EQ(ActivationRowBytes(t, n), static_cast<int64_t>(*want))
           << Name(t) << " n=" << n;
@@ -874,8 +872,7 @@ TEST(VecDotTest, RandomRowsMatchDoubleReference) {
     std::vector<uint8_t> a(ActivationRowBytes(p.act, n));
     QuantizeActivations(p.act, x.data(), n, a.data());
     const DecodedActivations xa = DecodeActivations(p.act, a.data(), n);
-    const int64_t row_bytes =
-        static_cast<int64_t>(*model::GgmlTypeBytes(p.weight, n));
+    const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(p.weight, n));
     std::vector<float> wf(n);
     for (int64_t r = 0; r < rows; ++r) {
       const uint8_t* wr = w.bytes.data() + r * row_bytes;
@@ -918,7 +915,7 @@ TEST(VecDotTest, DispatchedKernelsEqualTheScalarReferenceBitwise) {
       std::vector<uint8_t> a(ActivationRowBytes(p.act, n));
       QuantizeActivations(p.act, x.data(), n, a.data());
       const int64_t row_bytes =
-          static_cast<int64_t>(*model::GgmlTypeBytes(p.weight, n));
+          static_cast<int64_t>(*GgmlTypeBytes(p.weight, n));
       for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* wr = w.bytes.data() + r * row_bytes;
         const float got = VecDot(p.weight, wr, a.data(), n);
@@ -948,8 +945,7 @@ TEST(MatMulRowsTest, EqualsVecDotBitwise) {
     for (int t = 0; t < max_tokens; ++t) {
       QuantizeActivations(p.act, x.data() + n * t, n, a.data() + act_bytes * t);
     }
-    const int64_t row_bytes =
-        static_cast<int64_t>(*model::GgmlTypeBytes(p.weight, n));
+    const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(p.weight, n));
     const int64_t stride = rows + 3;
     for (int n_tokens : {1, 2, 5, 17}) {
       for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
@@ -994,8 +990,7 @@ TEST(MatMulRowsTest, EqualsTheScalarReferenceOnOddShapesBitwise) {
       const int max_tokens = n > 1000 ? 5 : 9;
       SCOPED_TRACE(absl::StrCat(Name(type), " n=", n));
       const RandomWeights w = MakeRandomWeights(type, rows, n, rng);
-      const int64_t row_bytes =
-          static_cast<int64_t>(*model::GgmlTypeBytes(type, n));
+      const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(type, n));
       const int64_t act_bytes = ActivationRowBytes(act_type, n);
       // One byte in: nothing may assume alignment.
       std::vector<uint8_t> wbuf(w.bytes.size() + 1);
@@ -1050,8 +1045,7 @@ TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
       std::vector<uint8_t> a(ActivationRowBytes(act_type, n));
       const std::vector<float> x = MakeRandomActivations(n, rng);
       QuantizeActivations(act_type, x.data(), n, a.data());
-      const int64_t row_bytes =
-          static_cast<int64_t>(*model::GgmlTypeBytes(type, n));
+      const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(type, n));
       for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
                {0, rows}, {16, 45}, {32, 33}, {0, 16}}) {
         std::vector<float> out(rows + 1, -7.0f);
@@ -1092,8 +1086,7 @@ TEST(PackedMatrixTest, MatMulEqualsTheScalarReferenceBitwise) {
       if (packed == nullptr) GTEST_SKIP() << "no packed kernel on this CPU";
       const GgmlType act_type = *VecDotType(type);
       const int64_t act_bytes = ActivationRowBytes(act_type, n);
-      const int64_t row_bytes =
-          static_cast<int64_t>(*model::GgmlTypeBytes(type, n));
+      const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(type, n));
       for (const int tokens : {2, 5}) {
         std::vector<uint8_t> a(act_bytes * tokens);
         for (int t = 0; t < tokens; ++t) {

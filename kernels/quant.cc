@@ -15,12 +15,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/block_unpack.h"
-#include "model/gguf_types.h"
+#include "kernels/ggml_type.h"
 
 namespace pdserve::kernels {
 namespace {
-
-using model::GgmlType;
 
 float BitsToFloat(uint32_t bits) {
   float f;
@@ -235,13 +233,13 @@ absl::Status CheckArgs(const char* what, GgmlType type, int64_t n) {
   const int block = BlockSize(type);
   if (block == 0) {
     return absl::UnimplementedError(
-        absl::StrCat(what, ": ggml type ", model::GgmlTypeName(type), " (id ",
+        absl::StrCat(what, ": ggml type ", GgmlTypeName(type), " (id ",
                      static_cast<uint32_t>(type), ") is not supported"));
   }
   if (n < 0 || n % block != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": n = ", n, " is not a non-negative multiple of the block size ",
-        block, " of ", model::GgmlTypeName(type)));
+        block, " of ", GgmlTypeName(type)));
   }
   return absl::OkStatus();
 }

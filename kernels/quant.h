@@ -37,7 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/gguf_types.h"
+#include "kernels/ggml_type.h"
 
 namespace pdserve::kernels {
 
@@ -70,7 +70,7 @@ void Fp8E4M3ToFp16Row(const uint8_t* v, int64_t n, uint16_t* out);
 float Bf16ToFp32(uint16_t b);
 
 // True when DequantizeRow / DotRow support `type`.
-bool IsQuantTypeSupported(model::GgmlType type);
+bool IsQuantTypeSupported(GgmlType type);
 
 // Writes the `n` elements stored in `blocks` (n / block_size consecutive
 // blocks of `type`) as floats to `out` (n floats).
@@ -78,7 +78,7 @@ bool IsQuantTypeSupported(model::GgmlType type);
 // block size; UNIMPLEMENTED (naming the type) for unsupported types. Nothing
 // is written on error. `blocks` and `out` may be null when n == 0 and must
 // not overlap.
-absl::Status DequantizeRow(model::GgmlType type, const void* blocks, int64_t n,
+absl::Status DequantizeRow(GgmlType type, const void* blocks, int64_t n,
                            float* out);
 
 // Dot product of the `n` elements stored in `blocks` (as for DequantizeRow)
@@ -91,8 +91,8 @@ absl::Status DequantizeRow(model::GgmlType type, const void* blocks, int64_t n,
 // accumulated in double and the result is rounded to float once, at the end.
 // The result is deterministic for given inputs.
 // Errors as DequantizeRow; `x` may be null when n == 0.
-absl::StatusOr<float> DotRow(model::GgmlType type, const void* blocks,
-                             const float* x, int64_t n);
+absl::StatusOr<float> DotRow(GgmlType type, const void* blocks, const float* x,
+                             int64_t n);
 
 }  // namespace pdserve::kernels
 

@@ -13,13 +13,11 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "kernels/ggml_type.h"
 #include "model/gguf.h"
-#include "model/gguf_types.h"
 
 namespace pdserve::kernels {
 namespace {
-
-using model::GgmlType;
 
 // Half-precision bit patterns used for block scales.
 constexpr uint16_t kHalfQuarter = 0x3400;   // 0.25
@@ -57,14 +55,14 @@ void CheckRow(GgmlType type, const std::vector<uint8_t>& blocks,
   std::vector<float> out(n, -12345.0f);
   ASSERT_TRUE(DequantizeRow(type, blocks.data(), n, out.data()).ok());
   for (int64_t i = 0; i < n; ++i) {
-    EXPECT_EQ(out[i], expected[i]) << model::GgmlTypeName(type) << " i=" << i;
+    EXPECT_EQ(out[i], expected[i]) << GgmlTypeName(type) << " i=" << i;
   }
   const std::vector<float> x = TestVector(n);
   const double want = ReferenceDot(expected, x);
   absl::StatusOr<float> got = DotRow(type, blocks.data(), x.data(), n);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_NEAR(*got, want, 1e-4 * std::max(1.0, std::fabs(want)))
-      << model::GgmlTypeName(type);
+      << GgmlTypeName(type);
 }
 
 // ---------------------------------------------------------------------------
@@ -509,7 +507,7 @@ TEST(QuantTest, UnsupportedTypeIsUnimplemented) {
                      GgmlType::kQ8_K, GgmlType::kI8, GgmlType::kF64}) {
     const absl::Status s = DequantizeRow(t, b.data(), 256, out.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-    EXPECT_NE(s.message().find(model::GgmlTypeName(t)), std::string::npos) << s;
+    EXPECT_NE(s.message().find(GgmlTypeName(t)), std::string::npos) << s;
     EXPECT_EQ(DotRow(t, b.data(), x.data(), 256).status().code(),
               absl::StatusCode::kUnimplemented);
     EXPECT_FALSE(IsQuantTypeSupported(t));

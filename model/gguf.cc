@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "kernels/ggml_type.h"
 #include "model/gguf_types.h"
 
 namespace pdserve::model {
@@ -401,17 +402,19 @@ class GgufParser {
     info->n_elements = n_elements;
     uint32_t type_id = 0;
     PD_RETURN_IF_ERROR(Annotate(Read(&type_id), "reading type"));
-    absl::StatusOr<GgmlType> type = GgmlTypeFromId(type_id);
+    absl::StatusOr<kernels::GgmlType> type = kernels::GgmlTypeFromId(type_id);
     if (!type.ok()) return type.status();
     info->type = *type;
-    PD_ASSIGN_OR_RETURN(GgmlTypeInfo type_info, GetGgmlTypeInfo(*type));
+    PD_ASSIGN_OR_RETURN(kernels::GgmlTypeInfo type_info,
+                        kernels::GetGgmlTypeInfo(*type));
     if (info->dims[0] % type_info.block_size != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("row length dims[0] = ", info->dims[0],
                        " is not a multiple of the block size ",
                        type_info.block_size, " of type ", type_info.name));
     }
-    PD_ASSIGN_OR_RETURN(info->n_bytes, GgmlTypeBytes(*type, n_elements));
+    PD_ASSIGN_OR_RETURN(info->n_bytes,
+                        kernels::GgmlTypeBytes(*type, n_elements));
     // Stored relative to the data section; made absolute in PlaceTensors.
     PD_RETURN_IF_ERROR(Annotate(Read(&info->file_offset), "reading offset"));
     return absl::OkStatus();

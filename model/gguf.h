@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/ggml_type.h"
 #include "model/gguf_types.h"
 
 namespace pdserve::model {
@@ -36,7 +37,7 @@ namespace pdserve::model {
 // One tensor described in the file.
 struct GgufTensorInfo {
   std::string name;
-  GgmlType type = GgmlType::kF32;
+  kernels::GgmlType type = kernels::GgmlType::kF32;
   // Dimensions in ggml "ne" order, exactly as stored: dims[0] is the
   // innermost (contiguous) dimension, i.e. a [rows x cols] matrix is
   // {cols, rows}. 1 to 4 entries, each <= INT64_MAX.

@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/ggml_type.h"
 #include "model/gguf.h"
 
 ABSL_FLAG(bool, all, false, "also print every metadata key");
@@ -58,7 +59,7 @@ int Run(const std::string& path) {
   std::map<std::string, std::pair<int, uint64_t>> by_type;
   uint64_t total_bytes = 0;
   for (const GgufTensorInfo& t : file.tensors()) {
-    auto& [count, bytes] = by_type[std::string(GgmlTypeName(t.type))];
+    auto& [count, bytes] = by_type[std::string(kernels::GgmlTypeName(t.type))];
     ++count;
     bytes += t.n_bytes;
     total_bytes += t.n_bytes;

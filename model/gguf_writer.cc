@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "kernels/ggml_type.h"
 #include "model/gguf_types.h"
 
 namespace pdserve::model {
@@ -138,7 +139,8 @@ absl::Status GgufWriter::AddMetadata(absl::string_view key, GgufValue value) {
 }
 
 absl::Status GgufWriter::AddTensor(absl::string_view name,
-                                   std::vector<uint64_t> dims, GgmlType type,
+                                   std::vector<uint64_t> dims,
+                                   kernels::GgmlType type,
                                    absl::Span<const uint8_t> data) {
   if (name.empty()) {
     return absl::InvalidArgumentError("GGUF tensor name is empty");
@@ -157,7 +159,7 @@ absl::Status GgufWriter::AddTensor(absl::string_view name,
         absl::StrCat("GGUF tensor ", name, " has ", dims.size(), " dims; 1 to ",
                      kMaxDims, " are allowed"));
   }
-  absl::StatusOr<GgmlTypeInfo> info = GetGgmlTypeInfo(type);
+  absl::StatusOr<kernels::GgmlTypeInfo> info = kernels::GetGgmlTypeInfo(type);
   if (!info.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("GGUF tensor ", name, ": ", info.status().message()));
@@ -178,7 +180,7 @@ absl::Status GgufWriter::AddTensor(absl::string_view name,
                      " is not a multiple of the block size ", info->block_size,
                      " of type ", info->name));
   }
-  absl::StatusOr<uint64_t> n_bytes = GgmlTypeBytes(type, n_elements);
+  absl::StatusOr<uint64_t> n_bytes = kernels::GgmlTypeBytes(type, n_elements);
   if (!n_bytes.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("GGUF tensor ", name, ": ", n_bytes.status().message()));
@@ -199,7 +201,7 @@ absl::Status GgufWriter::AddF32Tensor(absl::string_view name,
                                       std::vector<uint64_t> dims,
                                       absl::Span<const float> values) {
   return AddTensor(
-      name, std::move(dims), GgmlType::kF32,
+      name, std::move(dims), kernels::GgmlType::kF32,
       absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()),
                                 values.size() * sizeof(float)));
 }

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/ggml_type.h"
 #include "model/gguf_types.h"
 
 namespace pdserve::model {
@@ -63,7 +64,8 @@ class GgufWriter {
   // empty, too long (> kMaxTensorNameLength) or duplicate name, bad dims,
   // element count overflow, unknown type, wrong data size.
   absl::Status AddTensor(absl::string_view name, std::vector<uint64_t> dims,
-                         GgmlType type, absl::Span<const uint8_t> data);
+                         kernels::GgmlType type,
+                         absl::Span<const uint8_t> data);
   // Convenience for F32 tensors.
   absl::Status AddF32Tensor(absl::string_view name, std::vector<uint64_t> dims,
                             absl::Span<const float> values);
@@ -83,7 +85,7 @@ class GgufWriter {
   struct Tensor {
     std::string name;
     std::vector<uint64_t> dims;
-    GgmlType type;
+    kernels::GgmlType type;
     std::string data;
   };
 

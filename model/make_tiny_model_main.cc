@@ -9,7 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/ascii.h"
-#include "model/gguf_types.h"
+#include "kernels/ggml_type.h"
 #include "model/tiny_model.h"
 
 ABSL_FLAG(std::string, out, "", "Output file (required)");
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     if (name.size() > 2 && name.substr(name.size() - 2) == "_k") {
       name.back() = 'K';
     }
-    return pdserve::model::GgmlTypeFromName(name);
+    return pdserve::kernels::GgmlTypeFromName(name);
   };
   pdserve::model::TinyModelOptions o;
   o.architecture = absl::GetFlag(FLAGS_arch);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "kernels/ggml_type.h"
 
 namespace pdserve::model {
 namespace {
@@ -58,7 +59,7 @@ std::string Quantization(const GgufFile& file, const ModelWeights& w) {
   for (const LayerWeights& l : w.layers) {
     for (const WeightMatrix* m :
          {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-      bytes[GgmlTypeName(m->type)] += m->row_bytes * m->rows;
+      bytes[kernels::GgmlTypeName(m->type)] += m->row_bytes * m->rows;
     }
   }
   auto top = std::max_element(

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/ggml_type.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
@@ -27,8 +28,8 @@ absl::StatusOr<WeightMatrix> Matrix(const GgufFile& file,
   }
   if (!kernels::VecDotType(t->type).ok()) {
     return absl::UnimplementedError(absl::StrCat(
-        Where(file, name), " uses block format ", GgmlTypeName(t->type),
-        ", which the kernels do not support"));
+        Where(file, name), " uses block format ",
+        kernels::GgmlTypeName(t->type), ", which the kernels do not support"));
   }
   WeightMatrix m;
   m.name = name;

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/ggml_type.h"
 #include "model/gguf.h"
-#include "model/gguf_types.h"
 #include "model/model_config.h"
 
 namespace pdserve::model {
@@ -28,7 +28,7 @@ namespace pdserve::model {
 // the row_bytes bytes at data + r * row_bytes.
 struct WeightMatrix {
   std::string name;
-  GgmlType type = GgmlType::kF32;
+  kernels::GgmlType type = kernels::GgmlType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
   uint64_t row_bytes = 0;

@@ -7,11 +7,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/ggml_type.h"
 #include "kernels/quant.h"
 #include "model/gguf_writer.h"
 #include "model/unicode.h"
 
 namespace pdserve::model {
+
+using kernels::GgmlType;
+using kernels::GgmlTypeBytes;
+using kernels::GgmlTypeName;
+
 namespace {
 
 // splitmix64: tiny, and identical everywhere (std:: distributions are not).

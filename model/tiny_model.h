@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "model/gguf_types.h"
+#include "kernels/ggml_type.h"
 
 namespace pdserve::model {
 
@@ -36,8 +36,8 @@ struct TinyModelOptions {
   // Write a rope_freqs.weight tensor (llama3-style RoPE scaling).
   bool rope_freq_factors = false;
   // Block format of the attention and FFN matrices.
-  GgmlType matrix_type = GgmlType::kQ4_1;
-  GgmlType embedding_type = GgmlType::kQ8_0;
+  kernels::GgmlType matrix_type = kernels::GgmlType::kQ4_1;
+  kernels::GgmlType embedding_type = kernels::GgmlType::kQ8_0;
   // False adds a separate output.weight in embedding_type.
   bool tied_output = true;
   uint64_t seed = 1;

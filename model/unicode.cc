@@ -507,6 +507,19 @@ bool IsValidUtf8(absl::string_view text) {
   return true;
 }
 
+size_t DecodeUtf8StrictAt(absl::string_view text, size_t i, uint32_t* cp) {
+  const StrictStep step = StrictDecodeAt(text, i);
+  if (!step.complete) return 0;
+  // Payload bits of the lead byte, by sequence length.
+  static constexpr uint8_t kLeadBits[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+  uint32_t value = static_cast<uint8_t>(text[i]) & kLeadBits[step.consumed];
+  for (size_t k = 1; k < step.consumed; ++k) {
+    value = (value << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3F);
+  }
+  *cp = value;
+  return step.consumed;
+}
+
 std::string SanitizeUtf8(absl::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
 WRAPPER = r'''
 #include "kernels/matmul.h"
-using pdserve::model::GgmlType;
+using pdserve::kernels::GgmlType;
 extern "C" {
 void our_quantize(int type, const float* x, long n, void* out) {
   pdserve::kernels::QuantizeActivations(static_cast<GgmlType>(type), x, n, out);
@@ -60,7 +60,7 @@ def build_ours(tmp):
         ["g++", "-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-shared",
          "-I", ROOT, src, os.path.join(ROOT, "kernels/matmul.cc"),
          os.path.join(ROOT, "kernels/quant.cc"),
-         os.path.join(ROOT, "model/gguf_types.cc"), "-o", out,
+         os.path.join(ROOT, "kernels/ggml_type.cc"), "-o", out,
          "-labsl_status", "-labsl_statusor", "-labsl_strings",
          "-labsl_str_format_internal"], check=True)
     return ctypes.CDLL(out)

@@ -49,7 +49,7 @@ def build_ours(tmp):
     so = os.path.join(tmp, "libours.so")
     subprocess.run(["g++", "-std=c++20", "-O2", "-ffp-contract=off", "-fPIC",
                     "-shared", "-I.", src, "kernels/ggml_ops.cc",
-                    "kernels/quant.cc", "model/gguf_types.cc", "-o", so, "-labsl_strings",
+                    "kernels/quant.cc", "kernels/ggml_type.cc", "-o", so, "-labsl_strings",
                     "-labsl_status", "-labsl_statusor"], check=True)
     o = ctypes.CDLL(so)
     P = ctypes.c_void_p

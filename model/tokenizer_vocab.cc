@@ -1,16 +1,17 @@
-#include "model/tokenizer.h"
-
+// Loading a Tokenizer from a GGUF file's tokenizer.ggml.* metadata, as
+// llama.cpp's llama_vocab::load does (defaults, pre-tokenizer flags, special
+// tokens recognised by their text, per-model token attributes), and the
+// lookups over the loaded vocabulary.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
-#include <queue>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
@@ -24,24 +25,24 @@
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "model/tokenizer_internal.h"
 #include "model/unicode.h"
 
 namespace pdserve::model {
 namespace {
 
-// llama.cpp's token attributes (llama_token_attr), as bits.
-constexpr uint32_t kAttrUnknown = 1u << 0;
-constexpr uint32_t kAttrUnused = 1u << 1;
-constexpr uint32_t kAttrNormal = 1u << 2;
-constexpr uint32_t kAttrControl = 1u << 3;
-constexpr uint32_t kAttrUserDefined = 1u << 4;
-constexpr uint32_t kAttrByte = 1u << 5;
-constexpr uint32_t kAttrLstrip = 1u << 7;
-constexpr uint32_t kAttrRstrip = 1u << 8;
-
-// Attributes that Detokenize / TokenToPiece hide unless asked to render
-// special tokens.
-constexpr uint32_t kAttrHidden = kAttrUnknown | kAttrControl;
+using tokenizer_internal::kAttrByte;
+using tokenizer_internal::kAttrControl;
+using tokenizer_internal::kAttrHidden;
+using tokenizer_internal::kAttrLstrip;
+using tokenizer_internal::kAttrNormal;
+using tokenizer_internal::kAttrRstrip;
+using tokenizer_internal::kAttrUnknown;
+using tokenizer_internal::kAttrUnused;
+using tokenizer_internal::kAttrUserDefined;
+using tokenizer_internal::kSpmSpace;
+using tokenizer_internal::MergeKey;
 
 // tokenizer.ggml.token_type values -> attributes.
 uint32_t AttrFromTokenType(int32_t type) {
@@ -62,8 +63,6 @@ uint32_t AttrFromTokenType(int32_t type) {
       return 0;  // undefined
   }
 }
-
-constexpr char kSpmSpace[] = "\xE2\x96\x81";  // U+2581
 
 constexpr char kKeyModel[] = "tokenizer.ggml.model";
 constexpr char kKeyPre[] = "tokenizer.ggml.pre";
@@ -195,116 +194,6 @@ const std::vector<absl::string_view>& EogTexts() {
       "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
       "[e~["};
   return *v;
-}
-
-// C isspace in the "C" locale, as llama.cpp's lstrip / rstrip use it.
-bool IsCSpace(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-
-// llama.cpp's space clean-up after detokenizing (the three passes of
-// llama_vocab::impl::detokenize), done in place with the same reads and
-// writes so that even its corner cases agree.
-void CleanSpaces(std::string* s) {
-  if (s->empty()) return;
-  char* t = s->data();
-  size_t n = s->size();
-  // " ?", " !", " .", " ," lose the space.
-  size_t w = 1;
-  for (size_t i = 1; i < n; ++i) {
-    const char x = t[i];
-    if (t[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) {
-      --w;
-    }
-    t[w++] = x;
-  }
-  n = w;
-  // " ' " becomes "'".
-  w = 1;
-  for (size_t i = 1; i < n; ++i) {
-    const char x = t[i];
-    if (x == '\'' && i + 1 < n && t[i - 1] == ' ' && t[i + 1] == ' ') {
-      --w;
-      t[++i] = '\0';
-    }
-    t[w++] = x;
-  }
-  n = w;
-  // " 's", " 'm", " 're", " 've" lose the space.
-  w = 1;
-  for (size_t i = 1; i < n; ++i) {
-    const char x = t[i];
-    if (t[i - 1] == ' ' && x == '\'' && i + 1 < n) {
-      const char x1 = t[i + 1];
-      if (x1 == 's' || x1 == 'm') {
-        --w;
-      } else if (i + 2 < n) {
-        const char x2 = t[i + 2];
-        if ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')) --w;
-      }
-    }
-    t[w++] = x;
-  }
-  s->resize(w);
-}
-
-uint64_t MergeKey(TokenId left, TokenId right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-         static_cast<uint32_t>(right);
-}
-
-// A symbol of the BPE / SPM merge loops: a stretch of the word, linked to
-// its neighbours; length 0 once merged into its left neighbour.
-struct Symbol {
-  int prev;
-  int next;
-  size_t offset;
-  size_t length;
-  TokenId id;  // BPE only
-};
-
-struct BpeBigram {
-  int32_t rank;
-  int left;
-  int right;
-  size_t length;
-  TokenId result;
-};
-
-struct BpeBigramLater {
-  bool operator()(const BpeBigram& a, const BpeBigram& b) const {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  }
-};
-
-struct SpmBigram {
-  float score;
-  int left;
-  int right;
-  size_t length;
-};
-
-struct SpmBigramLater {
-  bool operator()(const SpmBigram& a, const SpmBigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  }
-};
-
-// Links `symbols` as a chain in order.
-void LinkSymbols(std::vector<Symbol>* symbols) {
-  const int n = static_cast<int>(symbols->size());
-  for (int i = 0; i < n; ++i) {
-    (*symbols)[i].prev = i - 1;
-    (*symbols)[i].next = i + 1 < n ? i + 1 : -1;
-  }
-}
-
-// Merges symbol `right` into `left`.
-void MergeSymbols(std::vector<Symbol>* symbols, int left, int right) {
-  Symbol& l = (*symbols)[left];
-  Symbol& r = (*symbols)[right];
-  l.length += r.length;
-  r.length = 0;
-  l.next = r.next;
-  if (r.next >= 0) (*symbols)[r.next].prev = left;
 }
 
 }  // namespace
@@ -735,351 +624,6 @@ absl::StatusOr<TokenId> Tokenizer::TokenIdOf(absl::string_view raw_text) const {
         "no token '", absl::CHexEscape(raw_text), "' in the vocabulary"));
   }
   return id;
-}
-
-// ---- Encoding --------------------------------------------------------------
-
-std::vector<Tokenizer::Fragment> Tokenizer::PartitionSpecial(
-    absl::string_view text, bool parse_special) const {
-  std::vector<Fragment> fragments;
-  if (text.empty()) return fragments;
-  fragments.push_back({kNoToken, 0, text.size()});
-  std::vector<Fragment> next;
-  // Each special token in turn splits every remaining text fragment at all
-  // its occurrences, longest tokens first (llama.cpp's
-  // tokenizer_st_partition).
-  for (TokenId special : special_tokens_) {
-    const Token& token = tokens_[special];
-    // User-defined tokens are split off even without parse_special.
-    if (!parse_special && (token.attr & kAttrHidden)) continue;
-    const absl::string_view needle = token.text;
-    next.clear();
-    bool changed = false;
-    for (const Fragment& f : fragments) {
-      if (f.token != kNoToken) {
-        next.push_back(f);
-        continue;
-      }
-      size_t begin = f.offset;
-      size_t end = f.offset + f.length;
-      while (true) {
-        const size_t match = text.substr(0, end).find(needle, begin);
-        if (match == absl::string_view::npos) {
-          if (end > begin) next.push_back({kNoToken, begin, end - begin});
-          break;
-        }
-        changed = true;
-        size_t left_end = match;
-        if (token.attr & kAttrLstrip) {
-          while (left_end > begin && IsCSpace(text[left_end - 1])) --left_end;
-        }
-        if (left_end > begin)
-          next.push_back({kNoToken, begin, left_end - begin});
-        next.push_back({special, match, needle.size()});
-        begin = match + needle.size();
-        if (token.attr & kAttrRstrip) {
-          while (begin < end && IsCSpace(text[begin])) ++begin;
-        }
-        if (begin >= end) break;
-      }
-    }
-    if (changed) fragments.swap(next);
-  }
-  return fragments;
-}
-
-std::vector<TokenId> Tokenizer::Encode(absl::string_view text, bool add_special,
-                                       bool parse_special) const {
-  std::vector<TokenId> out;
-  const std::vector<Fragment> fragments = PartitionSpecial(text, parse_special);
-  if (add_special && add_bos_ && bos_id_ != kNoToken) out.push_back(bos_id_);
-  if (type_ == Type::kSpm) {
-    bool after_special = true;
-    std::string escaped;
-    for (const Fragment& f : fragments) {
-      if (f.token != kNoToken) {
-        out.push_back(f.token);
-        after_special = true;
-        continue;
-      }
-      escaped.clear();
-      if (add_space_prefix_ && after_special) escaped = kSpmSpace;
-      for (char c : text.substr(f.offset, f.length)) {
-        if (c == ' ') {
-          escaped += kSpmSpace;
-        } else {
-          escaped += c;
-        }
-      }
-      EncodeSpm(escaped, &out);
-      after_special = false;
-    }
-  } else {
-    for (const Fragment& f : fragments) {
-      if (f.token != kNoToken) {
-        out.push_back(f.token);
-      } else {
-        EncodeBpe(text.substr(f.offset, f.length), &out);
-      }
-    }
-  }
-  if (add_special && add_eos_ && eos_id_ != kNoToken) out.push_back(eos_id_);
-  return out;
-}
-
-void Tokenizer::EncodeBpe(absl::string_view text,
-                          std::vector<TokenId>* out) const {
-  for (const std::string& word : PreTokenize(text, pre_rules_)) {
-    EncodeBpeWord(word, out);
-  }
-}
-
-void Tokenizer::EncodeBpeWord(absl::string_view word,
-                              std::vector<TokenId>* out) const {
-  if (ignore_merges_) {
-    std::string encoded;
-    for (char c : word) encoded += ByteToUnicodeUtf8(static_cast<uint8_t>(c));
-    const TokenId id = Find(encoded);
-    if (id != kNoToken) {
-      out->push_back(id);
-      return;
-    }
-  }
-  // One symbol per byte: each byte is one character of the byte-level
-  // alphabet.
-  if (word.empty()) return;
-  std::vector<Symbol> symbols(word.size());
-  for (size_t i = 0; i < word.size(); ++i) {
-    symbols[i].offset = i;
-    symbols[i].length = 1;
-    symbols[i].id = byte_tokens_[static_cast<uint8_t>(word[i])];
-  }
-  LinkSymbols(&symbols);
-  std::priority_queue<BpeBigram, std::vector<BpeBigram>, BpeBigramLater> queue;
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[left];
-    const Symbol& r = symbols[right];
-    if (l.id == kNoToken || r.id == kNoToken) return;
-    auto it = merges_.find(MergeKey(l.id, r.id));
-    if (it == merges_.end()) return;
-    queue.push(
-        {it->second.rank, left, right, l.length + r.length, it->second.result});
-  };
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
-  while (!queue.empty()) {
-    const BpeBigram bigram = queue.top();
-    queue.pop();
-    Symbol& l = symbols[bigram.left];
-    const Symbol& r = symbols[bigram.right];
-    // Symbols only grow, so an unchanged total length means both are
-    // still what the bigram was made of.
-    if (l.length == 0 || r.length == 0 ||
-        l.length + r.length != bigram.length) {
-      continue;
-    }
-    MergeSymbols(&symbols, bigram.left, bigram.right);
-    l.id = bigram.result;
-    try_add(l.prev, bigram.left);
-    try_add(bigram.left, l.next);
-  }
-  for (int i = 0; i >= 0; i = symbols[i].next) {
-    const Symbol& s = symbols[i];
-    if (s.id != kNoToken) {
-      out->push_back(s.id);
-      continue;
-    }
-    // Not a token: llama.cpp looks up each byte of the symbol's byte-level
-    // spelling as a one-character token and drops the bytes that are not.
-    for (size_t k = s.offset; k < s.offset + s.length; ++k) {
-      for (char c : ByteToUnicodeUtf8(static_cast<uint8_t>(word[k]))) {
-        const TokenId id = Find(absl::string_view(&c, 1));
-        if (id != kNoToken) out->push_back(id);
-      }
-    }
-  }
-}
-
-void Tokenizer::EncodeSpm(absl::string_view text,
-                          std::vector<TokenId>* out) const {
-  if (text.empty()) return;
-  std::vector<Symbol> symbols;
-  for (size_t offset = 0; offset < text.size();) {
-    const size_t length =
-        std::min(Utf8SequenceLength(static_cast<uint8_t>(text[offset])),
-                 text.size() - offset);
-    symbols.push_back({0, 0, offset, length, kNoToken});
-    offset += length;
-  }
-  LinkSymbols(&symbols);
-  std::priority_queue<SpmBigram, std::vector<SpmBigram>, SpmBigramLater> queue;
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const size_t length = symbols[left].length + symbols[right].length;
-    const TokenId id = Find(text.substr(symbols[left].offset, length));
-    if (id == kNoToken) return;
-    queue.push({tokens_[id].score, left, right, length});
-  };
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
-  while (!queue.empty()) {
-    const SpmBigram bigram = queue.top();
-    queue.pop();
-    const Symbol& l = symbols[bigram.left];
-    const Symbol& r = symbols[bigram.right];
-    if (l.length == 0 || r.length == 0 ||
-        l.length + r.length != bigram.length) {
-      continue;
-    }
-    MergeSymbols(&symbols, bigram.left, bigram.right);
-    try_add(symbols[bigram.left].prev, bigram.left);
-    try_add(bigram.left, symbols[bigram.left].next);
-  }
-  // Merges only ever form vocabulary tokens, so a symbol that is not one is
-  // a single character: spelled with byte tokens.
-  for (int i = 0; i >= 0; i = symbols[i].next) {
-    const Symbol& s = symbols[i];
-    const absl::string_view piece = text.substr(s.offset, s.length);
-    const TokenId id = Find(piece);
-    if (id != kNoToken) {
-      out->push_back(id);
-      continue;
-    }
-    for (char c : piece) {
-      // llama.cpp throws when a byte has no token; fall back to UNK.
-      const TokenId byte = byte_tokens_[static_cast<uint8_t>(c)];
-      if (byte != kNoToken) {
-        out->push_back(byte);
-      } else if (unk_id_ != kNoToken) {
-        out->push_back(unk_id_);
-      }
-    }
-  }
-}
-
-// ---- Decoding --------------------------------------------------------------
-
-absl::string_view Tokenizer::PieceForDetokenize(TokenId id,
-                                                bool unparse_special) const {
-  if (id < 0 || id >= vocab_size()) return {};
-  const Token& token = tokens_[id];
-  if (!unparse_special && (token.attr & kAttrHidden)) return {};
-  return token.piece;
-}
-
-absl::StatusOr<std::string> Tokenizer::TokenToPiece(TokenId id,
-                                                    bool render_special) const {
-  if (id < 0 || id >= vocab_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token id ", id, " out of range [0, ", vocab_size(), ")"));
-  }
-  return std::string(PieceForDetokenize(id, render_special));
-}
-
-std::string Tokenizer::Detokenize(absl::Span<const TokenId> ids,
-                                  bool remove_special,
-                                  bool unparse_special) const {
-  bool strip_space = add_space_prefix_;
-  if (remove_special && add_bos_ && !ids.empty() && ids.front() == bos_id_) {
-    strip_space = false;
-    ids.remove_prefix(1);
-  }
-  if (remove_special && add_eos_ && !ids.empty() && ids.back() == eos_id_) {
-    ids.remove_suffix(1);
-  }
-  std::string text;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    absl::string_view piece = PieceForDetokenize(ids[i], unparse_special);
-    if (i == 0 && strip_space && absl::StartsWith(piece, " ")) {
-      piece.remove_prefix(1);
-    }
-    text.append(piece.data(), piece.size());
-  }
-  if (clean_spaces_) CleanSpaces(&text);
-  return text;
-}
-
-// ---- IncrementalDetokenizer ------------------------------------------------
-
-IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
-                                               bool remove_special,
-                                               bool unparse_special,
-                                               bool continues_text)
-    : tokenizer_(tokenizer),
-      remove_special_(remove_special),
-      unparse_special_(unparse_special),
-      continues_text_(continues_text),
-      strip_next_space_(tokenizer.add_space_prefix_ && !continues_text) {}
-
-void IncrementalDetokenizer::Append(TokenId id) {
-  absl::string_view piece = tokenizer_.PieceForDetokenize(id, unparse_special_);
-  if (!first_piece_done_) {
-    first_piece_done_ = true;
-    if (strip_next_space_ && absl::StartsWith(piece, " ")) {
-      piece.remove_prefix(1);
-    }
-  }
-  raw_.append(piece.data(), piece.size());
-}
-
-std::string IncrementalDetokenizer::Add(TokenId id) {
-  const Tokenizer& t = tokenizer_;
-  const size_t index = tokens_seen_++;
-  if (index == 0 && remove_special_ && t.add_bos_ && id == t.bos_id_) {
-    strip_next_space_ = false;
-    return "";
-  }
-  if (eos_held_) {
-    eos_held_ = false;
-    Append(t.eos_id_);
-  }
-  // Detokenize drops a trailing EOS, so an EOS waits until it is known not
-  // to be the last token.
-  if (remove_special_ && t.add_eos_ && id == t.eos_id_) {
-    eos_held_ = true;
-  } else {
-    Append(id);
-  }
-  return Drain(/*final=*/false);
-}
-
-std::string IncrementalDetokenizer::Finish() {
-  std::string out = Drain(/*final=*/true);
-  tokens_seen_ = 0;
-  strip_next_space_ = tokenizer_.add_space_prefix_ && !continues_text_;
-  first_piece_done_ = false;
-  eos_held_ = false;
-  raw_.clear();
-  utf8_.clear();
-  return out;
-}
-
-std::string IncrementalDetokenizer::Drain(bool final) {
-  // The clean-up looks at most three bytes around a space, so text up to a
-  // point preceded by three non-space bytes cleans up the same whatever
-  // follows (and the bytes before an earlier cut were non-space too).
-  size_t cut = raw_.size();
-  if (tokenizer_.clean_spaces_ && !final) {
-    while (cut > 0) {
-      bool settled = true;
-      for (size_t k = 1; k <= 3 && k <= cut; ++k) {
-        if (raw_[cut - k] == ' ') {
-          settled = false;
-          cut -= k;
-          break;
-        }
-      }
-      if (settled) break;
-    }
-  }
-  std::string settled = raw_.substr(0, cut);
-  raw_.erase(0, cut);
-  if (tokenizer_.clean_spaces_) CleanSpaces(&settled);
-  utf8_ += settled;
-  const size_t keep = final ? 0 : IncompleteUtf8SuffixLength(utf8_);
-  std::string out =
-      SanitizeUtf8(absl::string_view(utf8_).substr(0, utf8_.size() - keep));
-  utf8_.erase(0, utf8_.size() - keep);
-  return out;
 }
 
 }  // namespace pdserve::model
