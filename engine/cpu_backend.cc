@@ -15,7 +15,7 @@
 namespace pdserve::engine {
 namespace {
 
-using kv_transfer::KvHalf;
+using kv_layout::KvHalf;
 using model::GgmlType;
 using model::WeightMatrix;
 
