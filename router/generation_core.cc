@@ -12,9 +12,9 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "engine/kv_block_manager.h"
-#include "engine/proto_conversion.h"
+#include "engine/block_hash.h"
 #include "engine/sampler.h"
+#include "engine/sampling_proto.h"
 #include "rpc/status_conversion.h"
 
 namespace pdserve::router {
@@ -299,7 +299,7 @@ class GenerationCore::Request {
   double prefill_queue_ms_ = 0;
 };
 
-GenerationCore::GenerationCore(const model::Model* model,
+GenerationCore::GenerationCore(const model::ModelText* model,
                                WorkerRegistry* registry, RoutingPolicy* policy,
                                const GenerationCoreOptions& options)
     : model_(model), registry_(registry), policy_(policy), options_(options) {}
@@ -399,7 +399,7 @@ std::vector<WorkerView> GenerationCore::Candidates(
     w.transports = r.registration.transports;
     auto [keys, fresh] = keys_by_block_size.try_emplace(w.block_size);
     if (fresh) {
-      keys->second = engine::KvBlockManager::ChainKeys(tokens, w.block_size);
+      keys->second = engine::ChainKeys(tokens, w.block_size);
     }
     w.cached_blocks =
         registry_->CachedPrefixBlocks(r.registration.worker_id, keys->second);
@@ -627,13 +627,6 @@ absl::Status GenerationCore::RunDisaggregated(
   for (int32_t t : tokens) admit.add_token_ids(t);
   for (uint32_t t : replayed) admit.add_token_ids(t);
   admit.set_num_prompt_tokens(tokens.size());
-  const uint32_t context = model_->config().context_length;
-  const uint32_t room = context - tokens.size() - replayed.size();
-  admit.set_max_new_tokens(
-      request.sampling().has_max_tokens()
-          ? std::min<uint32_t>(
-                request.sampling().max_tokens() - replayed.size(), room)
-          : room);
   *admit.mutable_writer_layout() = prefill.kv_layout;
   for (v1::TransportKind kind : prefill.transports) {
     admit.add_writer_transports(kind);
