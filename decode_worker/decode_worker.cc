@@ -6,8 +6,10 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "engine/proto_conversion.h"
+#include "engine/sampling_proto.h"
+#include "kv_layout/kv_layout.h"
 #include "kv_transfer/kv_block_transfer.h"
+#include "worker/proto_conversion.h"
 
 namespace pdserve::decode_worker {
 
@@ -70,7 +72,12 @@ DecodeWorker::~DecodeWorker() {
       d->sink.on_end(absl::UnavailableError("decode worker shutting down"));
     }
   }
-  admissions_.reset();
+  std::unique_ptr<KvAdmissions> admissions;
+  {
+    absl::MutexLock lock(&mu_);
+    admissions = std::move(admissions_);
+  }
+  admissions.reset();
   // Peers must not be able to write into the pool once its memory is gone.
   if (transport_ != nullptr && region_ != 0) {
     transport_->DeregisterRegion(region_).IgnoreError();
@@ -101,6 +108,11 @@ absl::Status DecodeWorker::Start(const std::string& address) {
 
 void DecodeWorker::BeginDrain() { draining_ = true; }
 
+KvAdmissions* DecodeWorker::admissions() {
+  absl::MutexLock lock(&mu_);
+  return admissions_.get();
+}
+
 void DecodeWorker::EngineLoop() {
   while (!stop_.HasBeenNotified()) {
     if (!engine_->WaitForWork(absl::Milliseconds(50))) continue;
@@ -120,9 +132,11 @@ void DecodeWorker::EngineLoop() {
 }
 
 void DecodeWorker::SweepLoop() {
+  // Started by Start after it set admissions_.
+  KvAdmissions* const admissions = this->admissions();
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
     const absl::Time now = absl::Now();
-    std::vector<std::string> expired = admissions_->Expire(now);
+    std::vector<std::string> expired = admissions->Expire(now);
     std::vector<int64_t> unused;
     {
       absl::MutexLock lock(&mu_);
@@ -146,11 +160,7 @@ void DecodeWorker::SweepLoop() {
 absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
     const v1::AdmitRequest& request) {
   if (draining_) return absl::UnavailableError("decode worker is draining");
-  KvAdmissions* admissions;
-  {
-    absl::MutexLock lock(&mu_);
-    admissions = admissions_.get();
-  }
+  KvAdmissions* const admissions = this->admissions();
   if (admissions == nullptr) {
     return absl::UnavailableError("decode worker is not started yet");
   }
@@ -162,8 +172,8 @@ absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
   }
   const v1::KvLayout& mine = engine_->runner().kv_layout();
   if (request.has_writer_layout()) {
-    if (absl::Status same = kv_transfer::CheckKvLayoutsCompatible(
-            request.writer_layout(), mine);
+    if (absl::Status same =
+            kv_layout::CheckKvLayoutsCompatible(request.writer_layout(), mine);
         !same.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the prefill worker's KV layout does not match this worker's: ",
@@ -180,7 +190,7 @@ absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
           "no KV transport in common with the prefill worker");
     }
   }
-  std::vector<int32_t> tokens = engine::ToTokens(request.token_ids());
+  std::vector<int32_t> tokens = worker::ToTokens(request.token_ids());
   PD_ASSIGN_OR_RETURN(
       v1::KvTransferTarget target,
       admissions->Admit(request.request_id(), request.attempt(), tokens,
@@ -204,6 +214,7 @@ absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
 absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
     const v1::KvTransferComplete& notice) {
   const absl::Time start = absl::Now();
+  KvAdmissions* admissions;
   {
     absl::MutexLock lock(&mu_);
     auto it = transfers_.find(notice.transfer_id());
@@ -212,9 +223,11 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
           "no transfer ", notice.transfer_id(), " (expired or released)"));
     }
     if (it->second.verified) return v1::CompleteTransferResponse();
+    // Set: the transfer was admitted through it.
+    admissions = admissions_.get();
   }
   PD_ASSIGN_OR_RETURN(v1::KvTransferTarget target,
-                      admissions_->Find(notice.transfer_id()));
+                      admissions->Find(notice.transfer_id()));
   // The transport also delivers the notice, after every write to this
   // worker; take it so the mailbox does not grow (its copy is the same).
   transport_->AwaitNotice(notice.transfer_id(), absl::Now() + absl::Seconds(1))
@@ -226,7 +239,7 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
     PD_LOG(WARNING) << "transfer " << notice.transfer_id() << " of request "
                     << notice.request_id() << " refused: " << verified;
     ++refused_transfers_;
-    admissions_
+    admissions
         ->Release(notice.transfer_id(), /*writes_quiesced=*/true, absl::Now())
         .IgnoreError();
     absl::MutexLock lock(&mu_);
@@ -234,7 +247,7 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
     return verified;
   }
   PD_ASSIGN_OR_RETURN(int64_t reservation,
-                      admissions_->Claim(notice.transfer_id()));
+                      admissions->Claim(notice.transfer_id()));
   bool released = false;
   {
     absl::MutexLock lock(&mu_);
@@ -274,7 +287,7 @@ absl::Status DecodeWorker::StartDecode(const v1::StartDecodeRequest& request,
 
   engine::EngineRequest er;
   er.sampling = engine::FromProto(request.sampling());
-  er.generated = engine::ToTokens(request.generated_token_ids());
+  er.generated = worker::ToTokens(request.generated_token_ids());
   switch (request.kv_source_case()) {
     case v1::StartDecodeRequest::kTransferId: {
       absl::MutexLock lock(&mu_);
@@ -311,7 +324,7 @@ absl::Status DecodeWorker::StartDecode(const v1::StartDecodeRequest& request,
       break;
     }
     case v1::StartDecodeRequest::kLocalPrefill:
-      er.prompt = engine::ToTokens(request.local_prefill().prompt_token_ids());
+      er.prompt = worker::ToTokens(request.local_prefill().prompt_token_ids());
       decode->num_prompt_tokens = er.prompt.size();
       decode->local_prefill = true;
       break;
@@ -361,7 +374,7 @@ void DecodeWorker::OnOutput(const std::shared_ptr<Decode>& decode,
   for (int32_t t : out.token_ids) chunk.add_token_ids(t);
   chunk.set_text(out.text);
   for (const engine::SampleResult& s : out.logprobs) {
-    *chunk.add_logprobs() = engine::ToProto(s, model_.tokenizer());
+    *chunk.add_logprobs() = worker::ToProto(s, model_.tokenizer());
   }
   chunk.set_generated_offset(out.generated_offset);
   if (last) {
@@ -438,7 +451,7 @@ v1::ReleaseResponse DecodeWorker::Release(const v1::ReleaseRequest& request) {
   if (verified.has_value()) {
     engine_->ReleaseTransfer(*verified);
   } else {
-    admissions_
+    admissions
         ->Release(request.transfer_id(), request.writes_quiesced(), absl::Now())
         .IgnoreError();
   }
@@ -454,8 +467,11 @@ v1::CancelResponse DecodeWorker::Cancel(const v1::CancelRequest& request) {
   std::vector<engine::RequestId> running;
   std::vector<std::string> admitted;
   std::vector<int64_t> verified;
+  KvAdmissions* admissions;
   {
     absl::MutexLock lock(&mu_);
+    // Set whenever `admitted` ends up non-empty (they came through it).
+    admissions = admissions_.get();
     for (const auto& [id, d] : decodes_) {
       if (matches(d->request_id, d->attempt)) running.push_back(id);
     }
@@ -477,7 +493,7 @@ v1::CancelResponse DecodeWorker::Cancel(const v1::CancelRequest& request) {
   for (const std::string& id : admitted) {
     // Unless the router says no writer was ever given the target, one may
     // still be running: its blocks wait out the quarantine.
-    admissions_->Release(id, request.writes_quiesced(), absl::Now())
+    admissions->Release(id, request.writes_quiesced(), absl::Now())
         .IgnoreError();
   }
   response.set_found(!running.empty() || !admitted.empty() ||
@@ -486,7 +502,7 @@ v1::CancelResponse DecodeWorker::Cancel(const v1::CancelRequest& request) {
 }
 
 v1::ModelInfo DecodeWorker::model_info() const {
-  return engine::ModelInfoFor(model_, model_.name(),
+  return worker::ModelInfoFor(model_, model_.name(),
                               engine_->runner().kv_layout());
 }
 
@@ -500,11 +516,7 @@ const engine::KvBlockManager& DecodeWorker::blocks() const {
 
 v1::WorkerLoad DecodeWorker::Load() {
   const engine::KvBlockManagerStats kv = blocks().stats();
-  KvAdmissions* admissions;
-  {
-    absl::MutexLock lock(&mu_);
-    admissions = admissions_.get();
-  }
+  KvAdmissions* const admissions = this->admissions();
   const KvAdmissionStats admitted =
       admissions != nullptr ? admissions->stats() : KvAdmissionStats();
   v1::WorkerLoad load;
@@ -521,7 +533,7 @@ v1::WorkerLoad DecodeWorker::Load() {
 }
 
 std::vector<v1::PrefixCacheEvent> DecodeWorker::TakeEvents() {
-  return engine::ToProto(engine_->runner().blocks().TakeEvents());
+  return worker::ToProto(engine_->runner().blocks().TakeEvents());
 }
 
 uint32_t DecodeWorker::inflight() {

@@ -149,6 +149,8 @@ class DecodeWorker {
   // Engine thread: one engine output of decode `id` to its sink.
   void OnOutput(const std::shared_ptr<Decode>& decode,
                 const engine::RequestOutput& out);
+  // admissions_, read under mu_; null before Start.
+  KvAdmissions* admissions() ABSL_LOCKS_EXCLUDED(mu_);
 
   const model::Model& model_;
   const DecodeWorkerOptions options_;
@@ -157,7 +159,6 @@ class DecodeWorker {
   kv_transfer::RegionId region_ = 0;
   v1::MemoryRegionDescriptor region_descriptor_;
   std::unique_ptr<EngineReserver> reserver_;
-  std::unique_ptr<KvAdmissions> admissions_;
 
   std::atomic<bool> draining_{false};
   // Transfers whose completion notice failed verification.
@@ -169,6 +170,11 @@ class DecodeWorker {
   // Never held while calling into the engine: the engine thread holds its
   // runner lock while its output callbacks take mu_.
   absl::Mutex mu_;
+  // Null until Start sets it: the gRPC service is up before Start (which
+  // needs its address), so calls may read it concurrently. Set once and kept
+  // until the destructor, so a pointer read under mu_ (admissions()) stays
+  // valid after mu_ is released; KvAdmissions is thread-safe itself.
+  std::unique_ptr<KvAdmissions> admissions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<engine::RequestId, std::shared_ptr<Decode>> decodes_
       ABSL_GUARDED_BY(mu_);

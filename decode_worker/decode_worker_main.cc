@@ -7,20 +7,16 @@
 // the DecodeWorker service, and registers with the router as a DECODE (or
 // BOTH) worker, heartbeating its load and prefix-cache events. SIGTERM or
 // the router's drain command: no new work, in-flight requests finish, exit 0
-// (rpc/worker_process.h).
+// (worker/run_worker.h, worker/worker_process.h).
 #include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "common/log.h"
-#include "common/termination_signal.h"
+#include "common/status_macros.h"
 #include "decode_worker/decode_service.h"
 #include "decode_worker/decode_worker.h"
-#include "engine/engine_flags.h"
-#include "kv_transfer/transport_factory.h"
-#include "rpc/worker_process.h"
+#include "worker/run_worker.h"
+#include "worker/worker_process.h"
 
 ABSL_FLAG(bool, colocated, false,
           "serve whole requests (prefill and decode) as a BOTH worker");
@@ -34,65 +30,51 @@ ABSL_FLAG(int32_t, kv_quarantine_ms, 10000,
 namespace pdserve::decode_worker {
 namespace {
 
-int Run() {
-  const v1::WorkerRole role = absl::GetFlag(FLAGS_colocated)
-                                  ? v1::WORKER_ROLE_BOTH
-                                  : v1::WORKER_ROLE_DECODE;
+// Everything that serves in the process: the service goes before the
+// worker it calls.
+struct DecodeProcess : worker::RoleState {
+  std::unique_ptr<DecodeWorker> worker;
+  std::unique_ptr<DecodeService> service;
+};
+
+v1::WorkerRole Role() {
+  return absl::GetFlag(FLAGS_colocated) ? v1::WORKER_ROLE_BOTH
+                                        : v1::WORKER_ROLE_DECODE;
+}
+
+absl::StatusOr<std::unique_ptr<worker::RoleState>> Build(
+    const worker::WorkerBasics& basics, worker::WorkerProcessOptions* process) {
   DecodeWorkerOptions options;
-  options.worker_id = rpc::WorkerIdFromFlags(role);
-  SetLogTag(options.worker_id);
-  options.engine = engine::EngineOptionsFromFlags();
+  options.worker_id = basics.worker_id;
+  options.engine = basics.engine;
   options.admission_ttl =
       absl::Milliseconds(absl::GetFlag(FLAGS_admission_ttl_ms));
   options.quarantine =
       absl::Milliseconds(absl::GetFlag(FLAGS_kv_quarantine_ms));
-  absl::StatusOr<kv_transfer::KvTransportConfig> transport =
-      rpc::KvTransportFromFlags(options.worker_id);
-  if (!transport.ok()) {
-    PD_LOG(ERROR) << transport.status();
-    return 2;
-  }
-  options.transport = *transport;
-
-  absl::StatusOr<std::unique_ptr<model::Model>> model =
-      engine::OpenModelFromFlags();
-  if (!model.ok()) {
-    PD_LOG(ERROR) << model.status();
-    return 2;
-  }
-  absl::StatusOr<std::unique_ptr<DecodeWorker>> worker =
-      DecodeWorker::Create(**model, options);
-  if (!worker.ok()) {
-    PD_LOG(ERROR) << worker.status();
-    return 2;
-  }
-  DecodeWorker* w = worker->get();
-  DecodeService service(w);
-
-  rpc::WorkerProcessOptions process;
-  process.role = role;
-  process.services = {&service};
-  process.on_serving = [w](const std::string& address) {
+  options.transport = basics.transport;
+  auto role = std::make_unique<DecodeProcess>();
+  PD_ASSIGN_OR_RETURN(role->worker,
+                      DecodeWorker::Create(*basics.model, options));
+  DecodeWorker* w = role->worker.get();
+  role->service = std::make_unique<DecodeService>(w);
+  process->services = {role->service.get()};
+  process->on_serving = [w](const std::string& address) {
     return w->Start(address);
   };
-  rpc::ReportFrom(w, engine::ServedModelName(engine::ModelPathFromFlags()),
-                  &process);
-  process.max_running_sequences = options.engine.max_running;
-  process.max_batch_tokens = options.engine.runner.max_batch_tokens;
-  PD_LOG(INFO) << "model " << (*model)->name() << ", KV cache "
-               << w->blocks().num_total_blocks() << " blocks of "
-               << w->blocks().block_size() << " tokens";
-  return rpc::RunWorkerProcess(process);
+  worker::ReportFrom(w, process);
+  process->max_running_sequences = options.engine.max_running;
+  process->max_batch_tokens = options.engine.runner.max_batch_tokens;
+  return role;
 }
 
 }  // namespace
 }  // namespace pdserve::decode_worker
 
 int main(int argc, char** argv) {
-  pdserve::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(
-      "pd-decode-worker: a pdserve decode (or, --colocated, whole-request) "
-      "worker.");
-  absl::ParseCommandLine(argc, argv);
-  return pdserve::decode_worker::Run();
+  return pdserve::worker::RunWorker(
+      argc, argv,
+      {.usage = "pd-decode-worker: a pdserve decode (or, --colocated, "
+                "whole-request) worker.",
+       .role = pdserve::decode_worker::Role,
+       .build = pdserve::decode_worker::Build});
 }

@@ -1,10 +1,10 @@
-// The decode worker in one process with a real prefill worker: a tiny
-// generated model, the in-process KV transport (real byte copies between the
-// two workers' pools) and a completer that calls CompleteTransfer directly
-// instead of over gRPC. Whatever path a request takes (transferred KV, local
-// prefill), its tokens and text are exactly the offline engine's, and every
-// way a request ends (finish, cancel, release, checksum failure, expiry)
-// gives all its KV blocks back.
+// The decode worker in one process with a prefill peer (what a prefill
+// worker does on the wire, testing/prefill_peer.h): a tiny generated model,
+// the in-process KV transport (real byte copies between the two pools) and
+// a completer that calls CompleteTransfer directly instead of over gRPC.
+// Whatever path a request takes (transferred KV, local prefill), its tokens and
+// text are exactly the offline engine's, and every way a request ends (finish,
+// cancel, release, checksum failure, expiry) gives all its KV blocks back.
 #include "decode_worker/decode_worker.h"
 
 #include <atomic>
@@ -22,13 +22,13 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "decode_worker/testing/prefill_peer.h"
 #include "engine/llm_engine.h"
-#include "engine/proto_conversion.h"
+#include "engine/sampling_proto.h"
 #include "gtest/gtest.h"
 #include "kv_transfer/transport_factory.h"
 #include "model/model.h"
 #include "model/tiny_model.h"
-#include "prefill_worker/prefill_worker.h"
 #include "proto/worker.pb.h"
 
 namespace pdserve::decode_worker {
@@ -43,14 +43,13 @@ constexpr char kAddress[] = "test-address";
 // completer does over the network). With corrupt_checksum set it flips one
 // bit of layer 0's checksum first, as a transfer damaged in flight would
 // look to the decode worker.
-class DirectCompleter : public prefill_worker::TransferCompleter {
+class DirectCompleter {
  public:
   void set_decode(DecodeWorker* decode) { decode_ = decode; }
   void set_corrupt_checksum(bool corrupt) { corrupt_ = corrupt; }
 
   absl::Status Complete(const std::string& notify_address,
-                        const v1::KvTransferComplete& notice,
-                        absl::Time deadline) override {
+                        const v1::KvTransferComplete& notice) {
     EXPECT_EQ(notify_address, kAddress);
     DecodeWorker* decode = decode_.load();
     if (decode == nullptr) return absl::UnavailableError("no decode worker");
@@ -61,7 +60,7 @@ class DirectCompleter : public prefill_worker::TransferCompleter {
     return decode->CompleteTransfer(sent).status();
   }
   void Release(const std::string& notify_address,
-               const v1::ReleaseRequest& release) override {
+               const v1::ReleaseRequest& release) {
     EXPECT_EQ(notify_address, kAddress);
     if (DecodeWorker* decode = decode_.load(); decode != nullptr) {
       decode->Release(release);
@@ -165,7 +164,7 @@ class DecodeWorkerTest : public ::testing::Test {
   void SetUp() override { StartWorkers(absl::Seconds(30), absl::Seconds(10)); }
 
   void TearDown() override {
-    // The prefill worker may still call into the decode worker.
+    // The prefill peer calls into the decode worker.
     prefill_.reset();
     decode_.reset();
   }
@@ -188,16 +187,22 @@ class DecodeWorkerTest : public ::testing::Test {
     ASSERT_TRUE(decode_->Start(kAddress).ok());
     completer_.set_decode(decode_.get());
 
-    prefill_worker::PrefillWorkerOptions p;
+    PrefillPeerOptions p;
     p.worker_id = "prefill-0";
     p.runner = Runner(64);
     p.transport.kind = v1::TRANSPORT_KIND_IN_PROCESS;
     p.transport.faults = prefill_faults_;
-    auto prefill =
-        prefill_worker::PrefillWorker::Create(*model_, p, &completer_);
+    p.complete = [this](const std::string& address,
+                        const v1::KvTransferComplete& notice) {
+      return completer_.Complete(address, notice);
+    };
+    p.release = [this](const std::string& address,
+                       const v1::ReleaseRequest& release) {
+      completer_.Release(address, release);
+    };
+    auto prefill = PrefillPeer::Create(*model_, std::move(p));
     ASSERT_TRUE(prefill.ok()) << prefill.status();
     prefill_ = std::move(prefill).value();
-    prefill_->Start();
   }
 
   static std::vector<int32_t> Prompt(int n, int salt) {
@@ -260,16 +265,14 @@ class DecodeWorkerTest : public ::testing::Test {
     r.set_attempt(1);
     for (int32_t t : prompt) r.add_token_ids(t);
     r.set_num_prompt_tokens(prompt.size());
-    *r.mutable_writer_layout() = prefill_->model_info().kv_layout();
-    for (v1::TransportKind kind : prefill_->transports()) {
-      r.add_writer_transports(kind);
-    }
+    *r.mutable_writer_layout() = prefill_->kv_layout();
+    r.add_writer_transports(prefill_->transport_kind());
     r.set_prefill_worker_id("prefill-0");
     return r;
   }
 
-  // Prefill of prompt + `generated` into `target`; the refusal, the answer,
-  // or DEADLINE_EXCEEDED when no answer comes within kWait.
+  // Prefill of prompt + `generated` into `target`: the answer or the
+  // error.
   absl::StatusOr<v1::PrefillResponse> Prefill(
       const std::string& request_id, const std::vector<int32_t>& prompt,
       const v1::SamplingParams& sampling, const v1::KvTransferTarget& target,
@@ -281,22 +284,7 @@ class DecodeWorkerTest : public ::testing::Test {
     for (int32_t t : generated) r.add_generated_token_ids(t);
     *r.mutable_sampling() = sampling;
     *r.mutable_target() = target;
-    struct Answer {
-      absl::Notification done;
-      absl::StatusOr<v1::PrefillResponse> result;
-    };
-    auto answer = std::make_shared<Answer>();
-    absl::Status queued =
-        prefill_->Prefill(r, absl::Now() + kWait,
-                          [answer](absl::StatusOr<v1::PrefillResponse> result) {
-                            answer->result = std::move(result);
-                            answer->done.Notify();
-                          });
-    if (!queued.ok()) return queued;
-    if (!answer->done.WaitForNotificationWithTimeout(kWait)) {
-      return absl::DeadlineExceededError("the prefill worker never answered");
-    }
-    return answer->result;
+    return prefill_->Prefill(r);
   }
 
   v1::StartDecodeRequest StartFor(const std::string& request_id,
@@ -390,23 +378,18 @@ class DecodeWorkerTest : public ::testing::Test {
     EXPECT_EQ(load.running_sequences(), 0);
     EXPECT_EQ(load.free_kv_blocks(), load.total_kv_blocks());
     EXPECT_EQ(decode_->inflight(), 0u);
-    // The prefill worker gives its source blocks back after the answer, on
-    // its scheduler thread.
-    EXPECT_TRUE(Eventually([&] {
-      return prefill_->inflight() == 0 &&
-             prefill_->blocks().num_used_blocks() == 0;
-    })) << "prefill worker still holds "
-        << prefill_->blocks().num_used_blocks() << " blocks";
+    // The prefill side gives its source blocks back with its answer.
+    EXPECT_EQ(prefill_->blocks().num_used_blocks(), 0);
   }
 
   static constexpr int32_t kDecodeBlocks = 32;
   static model::Model* model_;
-  // Destroyed bottom up: the prefill worker (which calls the completer,
+  // Destroyed bottom up: the prefill peer (which calls the completer,
   // which calls the decode worker) goes first.
   std::optional<kv_transfer::TransportFaults> prefill_faults_;
   DirectCompleter completer_;
   std::unique_ptr<DecodeWorker> decode_;
-  std::unique_ptr<prefill_worker::PrefillWorker> prefill_;
+  std::unique_ptr<PrefillPeer> prefill_;
 };
 
 model::Model* DecodeWorkerTest::model_ = nullptr;

@@ -16,7 +16,7 @@ namespace pdserve::engine {
 namespace {
 
 using kernels::GgmlType;
-using kv_transfer::KvHalf;
+using kv_layout::KvHalf;
 using model::WeightMatrix;
 
 }  // namespace

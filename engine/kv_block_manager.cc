@@ -1,9 +1,6 @@
 #include "engine/kv_block_manager.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,28 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "engine/block_hash.h"
 #include "engine/block_pool.h"
 
 namespace pdserve::engine {
-namespace {
-
-// Chain key of one block given the previous block's key (0 for block 0).
-uint64_t BlockKey(uint64_t prev_key, absl::Span<const int32_t> block_tokens) {
-  if constexpr (std::endian::native == std::endian::little) {
-    // The in-memory ids already are the little-endian uint32s of the format.
-    return XXH3_64bits_withSeed(
-        block_tokens.data(), block_tokens.size() * sizeof(int32_t), prev_key);
-  } else {
-    std::vector<uint8_t> bytes(block_tokens.size() * 4);
-    for (size_t i = 0; i < block_tokens.size(); ++i) {
-      const uint32_t v = static_cast<uint32_t>(block_tokens[i]);
-      for (int j = 0; j < 4; ++j) bytes[4 * i + j] = (v >> (8 * j)) & 0xff;
-    }
-    return XXH3_64bits_withSeed(bytes.data(), bytes.size(), prev_key);
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<KvBlockManager>> KvBlockManager::Create(
     const KvBlockManagerOptions& options) {
@@ -127,7 +106,7 @@ absl::StatusOr<int32_t> KvBlockManager::AddSequence(
     uint64_t key = 0;
     for (size_t i = 0; i < max_hit_blocks; ++i) {
       const uint64_t next =
-          BlockKey(key, prompt_tokens.subspan(i * block_size_, block_size_));
+          ChainKey(key, prompt_tokens.subspan(i * block_size_, block_size_));
       auto it = cache_.find(next);
       if (it == cache_.end()) break;
       seq.blocks.push_back(it->second);
@@ -253,7 +232,7 @@ absl::Status KvBlockManager::MarkComputed(SeqId id,
   if (!enable_prefix_cache_) return absl::OkStatus();
   const int32_t full_blocks = num_computed / block_size_;
   for (int32_t i = seq.num_hashed_blocks; i < full_blocks; ++i) {
-    const uint64_t key = BlockKey(
+    const uint64_t key = ChainKey(
         seq.last_key,
         tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
     const BlockId b = seq.blocks[i];
@@ -343,25 +322,11 @@ int32_t KvBlockManager::CountCachedPrefixBlocks(
   uint64_t key = 0;
   int32_t count = 0;
   for (size_t i = 0; i < full_blocks; ++i) {
-    key = BlockKey(key, tokens.subspan(i * block_size_, block_size_));
+    key = ChainKey(key, tokens.subspan(i * block_size_, block_size_));
     if (!cache_.contains(key)) break;
     ++count;
   }
   return count;
-}
-
-std::vector<uint64_t> KvBlockManager::ChainKeys(
-    absl::Span<const int32_t> tokens, int32_t block_size) {
-  std::vector<uint64_t> keys;
-  if (block_size <= 0) return keys;
-  const size_t full_blocks = tokens.size() / block_size;
-  keys.reserve(full_blocks);
-  uint64_t key = 0;
-  for (size_t i = 0; i < full_blocks; ++i) {
-    key = BlockKey(key, tokens.subspan(i * block_size, block_size));
-    keys.push_back(key);
-  }
-  return keys;
 }
 
 std::vector<PrefixCacheEvent> KvBlockManager::TakeEvents() {

@@ -7,11 +7,8 @@
 //
 // Prefix cache. A full block whose KV has been computed (MarkComputed) is
 // entered into the cache under its chain key, which identifies the whole
-// prefix up to and including that block (proto/membership.proto,
-// PrefixCacheEvent, fixes the formula so the router computes the same keys):
-//   key_0 = XXH3_64bits_withSeed(tokens of block 0, seed = 0)
-//   key_i = XXH3_64bits_withSeed(tokens of block i, seed = key_{i-1})
-// with a block's tokens hashed as consecutive little-endian uint32 ids.
+// prefix up to and including that block (engine/block_hash.h, the formula
+// proto/membership.proto fixes so the router computes the same keys).
 // AddSequence shares the longest run of cached leading full blocks of a
 // prompt. Keys are trusted: two different prefixes with the same 64-bit key
 // would share KV (the router relies on the same assumption).
@@ -184,11 +181,6 @@ class KvBlockManager {
   // effects, LRU order untouched). 0 when prefix caching is off.
   int32_t CountCachedPrefixBlocks(absl::Span<const int32_t> tokens) const
       ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Chain keys of the full blocks of `tokens` (see the top of this file);
-  // empty when block_size <= 0.
-  static std::vector<uint64_t> ChainKeys(absl::Span<const int32_t> tokens,
-                                         int32_t block_size);
 
   // Pending events, oldest first; the queue is empty afterwards.
   std::vector<PrefixCacheEvent> TakeEvents() ABSL_LOCKS_EXCLUDED(mu_);

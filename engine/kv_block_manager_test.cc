@@ -1,7 +1,5 @@
 #include "engine/kv_block_manager.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -16,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/block_hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -53,28 +52,6 @@ std::vector<int32_t> Concat(std::vector<int32_t> a,
   return a;
 }
 
-// The proto/membership.proto formula, written out independently: explicit
-// little-endian bytes, seed = previous key.
-std::vector<uint64_t> ReferenceKeys(const std::vector<int32_t>& tokens,
-                                    int block_size) {
-  std::vector<uint64_t> keys;
-  uint64_t seed = 0;
-  for (size_t start = 0; start + block_size <= tokens.size();
-       start += block_size) {
-    std::vector<unsigned char> bytes;
-    for (int i = 0; i < block_size; ++i) {
-      const uint32_t v = static_cast<uint32_t>(tokens[start + i]);
-      bytes.push_back(v & 0xff);
-      bytes.push_back((v >> 8) & 0xff);
-      bytes.push_back((v >> 16) & 0xff);
-      bytes.push_back(v >> 24);
-    }
-    seed = XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
-    keys.push_back(seed);
-  }
-  return keys;
-}
-
 // Adds a sequence, reserves its prompt and marks it all computed.
 void AddComputed(KvBlockManager& m, SeqId id,
                  const std::vector<int32_t>& prompt) {
@@ -98,15 +75,6 @@ TEST(KvBlockManagerTest, CreateRejectsBadOptions) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-}
-
-TEST(KvBlockManagerTest, ChainKeysFollowTheProtoFormula) {
-  const std::vector<int32_t> tokens = {1, -2, 70000, 3, 9, 9, 9, 9, 5, 6};
-  const std::vector<uint64_t> expected = ReferenceKeys(tokens, 4);
-  ASSERT_EQ(expected.size(), 2u);  // The trailing 2 tokens are no block.
-  EXPECT_EQ(KvBlockManager::ChainKeys(tokens, 4), expected);
-  EXPECT_THAT(KvBlockManager::ChainKeys(tokens, 0), IsEmpty());
-  EXPECT_THAT(KvBlockManager::ChainKeys(Range(0, 3), 4), IsEmpty());
 }
 
 TEST(KvBlockManagerTest, FreshManagerIsAllFree) {
@@ -160,7 +128,7 @@ TEST(KvBlockManagerTest, ComputedFullBlocksAreStoredWithEvents) {
   auto m = Make(8, 4);
   const std::vector<int32_t> prompt = Range(100, 10);
   ASSERT_NO_FATAL_FAILURE(AddComputed(*m, 1, prompt));
-  const std::vector<uint64_t> keys = ReferenceKeys(prompt, 4);
+  const std::vector<uint64_t> keys = ChainKeys(prompt, 4);
   EXPECT_EQ(m->num_cached_blocks(), 2);  // The partial third block is not.
   EXPECT_THAT(m->TakeEvents(),
               ElementsAre(PrefixCacheEvent{Kind::kStored, keys[0]},
@@ -175,9 +143,8 @@ TEST(KvBlockManagerTest, ComputedFullBlocksAreStoredWithEvents) {
   // Completing the third block (generated tokens) stores it too.
   const std::vector<int32_t> tokens = Concat(prompt, {7, 8});
   ASSERT_TRUE(m->MarkComputed(1, tokens, 12).ok());
-  EXPECT_THAT(m->TakeEvents(),
-              ElementsAre(PrefixCacheEvent{Kind::kStored,
-                                           ReferenceKeys(tokens, 4)[2]}));
+  EXPECT_THAT(m->TakeEvents(), ElementsAre(PrefixCacheEvent{
+                                   Kind::kStored, ChainKeys(tokens, 4)[2]}));
   EXPECT_EQ(m->num_computed_tokens(1), 12);
   EXPECT_TRUE(m->CheckInvariants().ok());
 }
@@ -243,7 +210,7 @@ TEST(KvBlockManagerTest, SameBlockAfterADifferentPrefixIsNoHit) {
   const std::vector<int32_t> other = Concat(Concat(z, y), {1});
   EXPECT_EQ(m->CountCachedPrefixBlocks(other), 0);
   EXPECT_EQ(*m->AddSequence(2, other), 0);
-  EXPECT_NE(ReferenceKeys(other, 4)[1], ReferenceKeys(Concat(x, y), 4)[1]);
+  EXPECT_NE(ChainKeys(other, 4)[1], ChainKeys(Concat(x, y), 4)[1]);
   // Nor does "y" at the start of a prompt match the cached "y" after "x".
   EXPECT_EQ(m->CountCachedPrefixBlocks(y), 0);
   EXPECT_EQ(*m->AddSequence(3, Concat(y, {1})), 0);
@@ -306,8 +273,7 @@ TEST(KvBlockManagerTest, SharersShareBlockIdsAndRefCounts) {
 TEST(KvBlockManagerTest, EvictsLeastRecentlyUsedFirst) {
   auto m = Make(8, 2);
   const std::vector<int32_t> a = Range(0, 4), b = Range(10, 4);
-  const std::vector<uint64_t> ka = ReferenceKeys(a, 2),
-                              kb = ReferenceKeys(b, 2);
+  const std::vector<uint64_t> ka = ChainKeys(a, 2), kb = ChainKeys(b, 2);
   ASSERT_NO_FATAL_FAILURE(AddComputed(*m, 1, a));
   ASSERT_NO_FATAL_FAILURE(AddComputed(*m, 2, b));
   m->FreeSequence(1);  // Eviction order now: a1, a0.
@@ -423,8 +389,8 @@ TEST(KvBlockManagerTest, DuplicateKeyKeepsTheExistingEntry) {
   ASSERT_TRUE(m->MarkComputed(1, t, 6).ok());
   ASSERT_TRUE(m->MarkComputed(2, t, 6).ok());
   EXPECT_EQ(m->num_cached_blocks(), 1);
-  EXPECT_THAT(m->TakeEvents(), ElementsAre(PrefixCacheEvent{
-                                   Kind::kStored, ReferenceKeys(t, 4)[0]}));
+  EXPECT_THAT(m->TakeEvents(),
+              ElementsAre(PrefixCacheEvent{Kind::kStored, ChainKeys(t, 4)[0]}));
   const BlockId first_of_1 = m->CopyBlockTable(1)[0];
   const BlockId first_of_2 = m->CopyBlockTable(2)[0];
   EXPECT_EQ(m->BlockRefCount(first_of_1), 2);
@@ -508,7 +474,7 @@ void Apply(const std::vector<PrefixCacheEvent>& events,
 int32_t CountInIndex(const absl::flat_hash_set<uint64_t>& index,
                      const std::vector<int32_t>& tokens, int block_size) {
   int32_t n = 0;
-  for (const uint64_t key : ReferenceKeys(tokens, block_size)) {
+  for (const uint64_t key : ChainKeys(tokens, block_size)) {
     if (!index.contains(key)) break;
     ++n;
   }

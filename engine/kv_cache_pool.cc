@@ -12,8 +12,8 @@ namespace pdserve::engine {
 
 absl::StatusOr<std::unique_ptr<KvCachePool>> KvCachePool::Create(
     const v1::KvLayout& layout) {
-  PD_ASSIGN_OR_RETURN(kv_transfer::KvGeometry geometry,
-                      kv_transfer::KvGeometry::FromProto(layout));
+  PD_ASSIGN_OR_RETURN(kv_layout::KvGeometry geometry,
+                      kv_layout::KvGeometry::FromProto(layout));
   if (layout.num_blocks() == 0) {
     return absl::InvalidArgumentError("KV cache pool with 0 blocks");
   }

@@ -23,7 +23,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "kv_transfer/kv_layout.h"
+#include "kv_layout/kv_layout.h"
 #include "proto/common.pb.h"
 
 namespace pdserve::engine {
@@ -38,22 +38,22 @@ class KvCachePool {
   KvCachePool(const KvCachePool&) = delete;
   KvCachePool& operator=(const KvCachePool&) = delete;
 
-  const kv_transfer::KvGeometry& geometry() const { return geometry_; }
+  const kv_layout::KvGeometry& geometry() const { return geometry_; }
   const v1::KvLayout& layout() const { return geometry_.layout(); }
   uint8_t* base() const { return base_; }
   uint64_t size_bytes() const { return size_; }
 
   // Address of token `slot` of `block` in `layer`, K or V half.
-  uint8_t* Slot(uint32_t layer, uint32_t block, kv_transfer::KvHalf half,
+  uint8_t* Slot(uint32_t layer, uint32_t block, kv_layout::KvHalf half,
                 uint32_t slot) const {
     return base_ + geometry_.Offset(layer, block, half, slot);
   }
 
  private:
-  KvCachePool(kv_transfer::KvGeometry geometry, uint8_t* base, uint64_t size)
+  KvCachePool(kv_layout::KvGeometry geometry, uint8_t* base, uint64_t size)
       : geometry_(std::move(geometry)), base_(base), size_(size) {}
 
-  const kv_transfer::KvGeometry geometry_;
+  const kv_layout::KvGeometry geometry_;
   uint8_t* const base_;
   const uint64_t size_;
 };

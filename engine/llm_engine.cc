@@ -229,7 +229,7 @@ void LlmEngine::Preempt(RequestId id) {
   ++stats_.preemptions;
 }
 
-bool LlmEngine::Admit(Request& r, int32_t* budget) {
+bool LlmEngine::Admit(Request& r, const ChunkBudget& budget) {
   // A preempted request resumes from its prompt plus what it generated.
   std::vector<int32_t> tokens = r.prompt;
   const std::vector<int32_t>& generated = r.stream->generated();
@@ -242,7 +242,7 @@ bool LlmEngine::Admit(Request& r, int32_t* budget) {
     return true;  // gone; look at the next request
   }
   const int32_t remaining = static_cast<int32_t>(tokens.size()) - *cached;
-  const int32_t n = std::min(remaining, *budget);
+  const int32_t n = budget.Fit(remaining);
   if (!runner_->blocks().CanReserve(r.id, *cached + n)) {
     runner_->Release(r.id);
     return false;
@@ -261,14 +261,14 @@ absl::Status LlmEngine::Step() {
   if (running_.empty() && waiting_.empty()) return absl::OkStatus();
   ++stats_.steps;
 
-  int32_t budget = runner_->max_batch_tokens();
+  ChunkBudget budget(runner_->max_batch_tokens());
   std::vector<ModelRunner::StepItem>& items = step_items_;
   items.clear();
   auto schedule = [&](RequestId id) -> bool {
     const int32_t computed = runner_->num_computed(id);
     const int32_t remaining =
         static_cast<int32_t>(runner_->tokens(id).size()) - computed;
-    const int32_t n = std::min(remaining, budget);
+    const int32_t n = budget.Fit(remaining);
     if (n <= 0) return true;
     // Make room, preempting the newest sequences, down to this one.
     while (!runner_->blocks().CanReserve(id, computed + n)) {
@@ -277,27 +277,25 @@ absl::Status LlmEngine::Step() {
       if (victim == id) return false;
     }
     if (!runner_->blocks().Reserve(id, computed + n).ok()) return false;
-    items.push_back(
-        {id, n, n == remaining ? LogitsMode::kLast : LogitsMode::kNone});
-    budget -= n;
+    items.push_back(budget.Take(id, n, remaining));
     return true;
   };
 
   // 1 and 2: running sequences, decode steps and prefill chunks alike.
   running_snapshot_.assign(running_.begin(), running_.end());
   for (RequestId id : running_snapshot_) {
-    if (budget <= 0) break;
+    if (budget.left() <= 0) break;
     if (std::find(running_.begin(), running_.end(), id) == running_.end()) {
       continue;  // preempted while making room for an earlier one
     }
     schedule(id);
   }
   // 3: admissions.
-  while (budget > 0 && !waiting_.empty() &&
+  while (budget.left() > 0 && !waiting_.empty() &&
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Request& r = *requests_[waiting_.front()];
     const RequestId id = r.id;
-    if (!Admit(r, &budget)) break;
+    if (!Admit(r, budget)) break;
     if (!requests_.contains(id)) continue;  // refused with an error
     waiting_.pop_front();
     if (!schedule(id)) break;

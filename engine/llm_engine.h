@@ -1,5 +1,7 @@
 // LlmEngine: requests in, tokens out — the continuous-batching scheduler
-// that drives a ModelRunner for the colocated mode and the offline CLI.
+// that drives a ModelRunner. It is the decode worker's engine in every mode
+// (decoding KV a prefill worker computed, reserved with ReserveTransfer;
+// colocated, prefilling too) and pd-generate's offline one.
 //
 // Each Step() builds one forward pass under a token budget
 // (max_batch_tokens), in this order:
@@ -44,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "engine/chunk_budget.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
@@ -194,7 +197,9 @@ class LlmEngine {
   // Removes the request everywhere and sends its final output.
   void Finish(RequestId id, RequestFinish why, absl::Status error,
               RequestOutput* out);
-  bool Admit(Request& r, int32_t* budget);
+  // Registers a waiting request with the runner when the blocks of its
+  // first chunk (what `budget` leaves it) can be reserved.
+  bool Admit(Request& r, const ChunkBudget& budget);
   void Preempt(RequestId id);
   absl::Status SampleAndEmit(RequestId id, absl::Span<const float> logits);
 

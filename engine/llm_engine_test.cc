@@ -262,8 +262,7 @@ TEST_F(LlmEngineTest, TransferredRequestContinuesLikeALocalOne) {
   for (uint32_t layer = 0; layer < from.layout().num_layers(); ++layer) {
     for (int32_t p = reservation->cached_tokens;
          p < static_cast<int32_t>(request.prompt.size()); ++p) {
-      for (auto half :
-           {kv_transfer::KvHalf::kKey, kv_transfer::KvHalf::kValue}) {
+      for (auto half : {kv_layout::KvHalf::kKey, kv_layout::KvHalf::kValue}) {
         std::memcpy(to.Slot(layer, reservation->blocks[p / bs], half, p % bs),
                     from.Slot(layer, from_blocks[p / bs], half, p % bs),
                     from.geometry().token_bytes());

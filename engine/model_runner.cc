@@ -6,7 +6,7 @@
 #include "common/status_macros.h"
 #include "engine/cpu_backend.h"
 #include "engine/kv_cache_pool.h"
-#include "kv_transfer/kv_layout.h"
+#include "kv_layout/kv_layout.h"
 
 namespace pdserve::engine {
 
@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   std::unique_ptr<ModelRunner> r(new ModelRunner(model, options));
   const model::ModelConfig& c = model.config();
   v1::KvLayout& l = r->layout_;
-  l.set_layout_version(kv_transfer::kKvLayoutVersion);
+  l.set_layout_version(kv_layout::kKvLayoutVersion);
   l.set_model_fingerprint(model.fingerprint());
   l.set_num_layers(c.num_layers);
   l.set_num_kv_heads(c.num_kv_heads);
@@ -28,8 +28,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   l.set_block_size_tokens(options.block_size);
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
-    PD_ASSIGN_OR_RETURN(kv_transfer::KvGeometry g,
-                        kv_transfer::KvGeometry::FromProto(l));
+    PD_ASSIGN_OR_RETURN(kv_layout::KvGeometry g,
+                        kv_layout::KvGeometry::FromProto(l));
     num_blocks = options.kv_cache_bytes /
                  static_cast<int64_t>(g.block_bytes() * c.num_layers);
   }

@@ -409,8 +409,7 @@ TEST(ModelRunnerTransferTest, KvFromAnotherRunnerDecodesIdentically) {
   for (uint32_t layer = 0; layer < from.layout().num_layers(); ++layer) {
     for (int32_t p = target->cached_tokens;
          p < static_cast<int32_t>(prompt.size()); ++p) {
-      for (auto half :
-           {kv_transfer::KvHalf::kKey, kv_transfer::KvHalf::kValue}) {
+      for (auto half : {kv_layout::KvHalf::kKey, kv_layout::KvHalf::kValue}) {
         std::memcpy(to.Slot(layer, target->blocks[p / bs], half, p % bs),
                     from.Slot(layer, source[p / bs], half, p % bs),
                     token_bytes);

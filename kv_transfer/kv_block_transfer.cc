@@ -11,6 +11,11 @@
 #include "kv_transfer/extents.h"
 
 namespace pdserve::kv_transfer {
+
+using ::pdserve::kv_layout::CheckKvLayoutsCompatible;
+using ::pdserve::kv_layout::KvGeometry;
+using ::pdserve::kv_layout::KvHalf;
+
 namespace {
 
 // Calls `fn(block_index, first_slot, end_slot)` for each block touched by

@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "kv_transfer/kv_layout.h"
+#include "kv_layout/kv_layout.h"
 #include "kv_transfer/transport.h"
 #include "proto/kv_transfer.pb.h"
 
@@ -41,15 +41,16 @@ struct WrittenRange {
 
 // The extents that move `range` of `layer` from `local_blocks` (in a pool of
 // `local` geometry) to `remote_blocks` (pool of `remote` geometry).
-std::vector<Extent> LayerExtents(const KvGeometry& local,
+std::vector<Extent> LayerExtents(const kv_layout::KvGeometry& local,
                                  absl::Span<const uint32_t> local_blocks,
-                                 const KvGeometry& remote,
+                                 const kv_layout::KvGeometry& remote,
                                  absl::Span<const uint32_t> remote_blocks,
                                  uint32_t layer, WrittenRange range);
 
 // XXH3-64 (seed 0) of `range` of `layer` in the pool at `pool`, in the byte
 // order defined for KvTransferComplete.layer_checksums.
-uint64_t LayerChecksum(const uint8_t* pool, const KvGeometry& geometry,
+uint64_t LayerChecksum(const uint8_t* pool,
+                       const kv_layout::KvGeometry& geometry,
                        absl::Span<const uint32_t> blocks, uint32_t layer,
                        WrittenRange range);
 
@@ -59,7 +60,8 @@ uint64_t LayerChecksum(const uint8_t* pool, const KvGeometry& geometry,
 // for a notice that does not describe the target.
 absl::Status VerifyKvTransfer(const v1::KvTransferComplete& notice,
                               const v1::KvTransferTarget& target,
-                              const uint8_t* pool, const KvGeometry& geometry);
+                              const uint8_t* pool,
+                              const kv_layout::KvGeometry& geometry);
 
 struct KvTransferWriterOptions {
   KvTransport* transport = nullptr;
@@ -117,15 +119,15 @@ class KvTransferWriter {
   uint64_t bytes_posted() const { return bytes_posted_; }
 
  private:
-  KvTransferWriter(KvTransferWriterOptions options, KvGeometry local,
-                   KvGeometry remote);
+  KvTransferWriter(KvTransferWriterOptions options, kv_layout::KvGeometry local,
+                   kv_layout::KvGeometry remote);
   // Records the first failure (prefixed with the transfer id) and stops
   // posting; writes already posted keep running until Quiesce or Abort.
   void Fail(const absl::Status& status);
 
   const KvTransferWriterOptions options_;
-  const KvGeometry local_;
-  const KvGeometry remote_;
+  const kv_layout::KvGeometry local_;
+  const kv_layout::KvGeometry remote_;
   const WrittenRange range_;
   std::vector<OperationId> pending_;
   std::vector<bool> layer_written_;

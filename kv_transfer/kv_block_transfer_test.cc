@@ -16,6 +16,10 @@
 #include "kv_transfer/ucx_transport.h"
 
 namespace pdserve::kv_transfer {
+
+using ::pdserve::kv_layout::KvGeometry;
+using ::pdserve::kv_layout::KvHalf;
+
 namespace {
 
 using ::testing::HasSubstr;

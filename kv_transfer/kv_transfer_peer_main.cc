@@ -40,6 +40,9 @@ ABSL_FLAG(int32_t, layer_delay_ms, 0,
 ABSL_FLAG(bool, corrupt, false, "send: corrupt one byte of every write");
 
 namespace pdserve::kv_transfer {
+
+using ::pdserve::kv_layout::KvGeometry;
+
 namespace {
 
 v1::KvLayout SmolLm2Layout(uint32_t blocks) {

@@ -72,43 +72,14 @@ std::string Quantization(const GgufFile& file, const ModelWeights& w) {
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Open(const std::string& path) {
   std::unique_ptr<Model> m(new Model());
-  PD_ASSIGN_OR_RETURN(m->file_, GgufFile::Open(path));
-  PD_ASSIGN_OR_RETURN(m->config_, ModelConfig::FromGguf(*m->file_));
-  PD_ASSIGN_OR_RETURN(m->weights_, ModelWeights::Load(*m->file_, m->config_));
-  PD_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*m->file_));
-  if (m->tokenizer_->vocab_size() != m->config_.vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the tokenizer has ", m->tokenizer_->vocab_size(),
-                     " tokens but the model's vocabulary is ",
-                     m->config_.vocab_size, " in ", path));
-  }
-  if (m->file_->HasMetadata("tokenizer.chat_template")) {
-    m->chat_template_ = ChatTemplate::FromGguf(*m->file_);
-  }
-  m->fingerprint_ = Fingerprint(*m->file_);
-  absl::StatusOr<std::string> name = m->file_->GetString("general.name");
+  PD_RETURN_IF_ERROR(m->OpenFile(path));
+  PD_ASSIGN_OR_RETURN(m->weights_, ModelWeights::Load(m->file(), m->config()));
+  PD_RETURN_IF_ERROR(m->LoadText(path));
+  m->fingerprint_ = Fingerprint(m->file());
+  absl::StatusOr<std::string> name = m->file().GetString("general.name");
   m->name_ = name.ok() ? *name : path.substr(path.find_last_of('/') + 1);
-  m->quantization_ = Quantization(*m->file_, m->weights_);
+  m->quantization_ = Quantization(m->file(), m->weights_);
   return m;
-}
-
-absl::StatusOr<std::vector<TokenId>> Model::EncodeChat(
-    absl::Span<const ChatMessage> messages, bool add_generation_prompt) const {
-  if (!chat_template_.ok()) return chat_template_.status();
-  PD_ASSIGN_OR_RETURN(std::string text,
-                      chat_template_->Render(messages, add_generation_prompt));
-  std::vector<TokenId> ids =
-      tokenizer_->Encode(text, /*add_special=*/false, /*parse_special=*/true);
-  if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0 &&
-      !chat_template_->renders_bos()) {
-    ids.insert(ids.begin(), tokenizer_->bos_id());
-  }
-  return ids;
-}
-
-std::vector<TokenId> Model::EncodePrompt(absl::string_view text) const {
-  return tokenizer_->Encode(text, /*add_special=*/true,
-                            /*parse_special=*/false);
 }
 
 }  // namespace pdserve::model

@@ -1,5 +1,8 @@
 // Model: everything the engine needs from one GGUF file — hyperparameters,
-// weights, tokenizer, chat template and an identity — loaded together.
+// weights, tokenizer, chat template and an identity — loaded together. The
+// text side (config, tokenizer, chat template, prompt encoding) is
+// ModelText's, which a Model is; what only a Model has is the weights and
+// what is derived from them.
 //
 // The fingerprint identifies the weights and tokenizer without reading the
 // whole file (models run to tens of GiB): XXH3 over the metadata, the tensor
@@ -13,47 +16,21 @@
 #define PDSERVE_MODEL_MODEL_H_
 
 #include <memory>
-#include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
-#include "absl/types/span.h"
-#include "model/chat_template.h"
-#include "model/gguf.h"
-#include "model/model_config.h"
+#include "model/model_text.h"
 #include "model/model_weights.h"
-#include "model/tokenizer.h"
 
 namespace pdserve::model {
 
-class Model {
+class Model : public ModelText {
  public:
   // Opens and validates `path`. Errors name the file and, where one is at
   // fault, the tensor or metadata key.
   static absl::StatusOr<std::unique_ptr<Model>> Open(const std::string& path);
 
-  const GgufFile& file() const { return *file_; }
-  const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
-  // Absent when the file has no tokenizer.chat_template; an error when it
-  // has one we do not recognise (the message says which, and how to choose
-  // a family explicitly).
-  const absl::StatusOr<ChatTemplate>& chat_template() const {
-    return chat_template_;
-  }
-  // Renders `messages` with the chat template and tokenizes the result
-  // (special-token text such as <|im_start|> becomes its id). BOS is added
-  // when the tokenizer wants one and the template does not write it itself,
-  // so it is never doubled. Errors: no usable template, or messages the
-  // template refuses (INVALID_ARGUMENT).
-  absl::StatusOr<std::vector<TokenId>> EncodeChat(
-      absl::Span<const ChatMessage> messages,
-      bool add_generation_prompt = true) const;
-  // Tokenizes a plain prompt with BOS/EOS as the model file asks.
-  std::vector<TokenId> EncodePrompt(absl::string_view text) const;
 
   const std::string& fingerprint() const { return fingerprint_; }
   // general.name, or the file's base name.
@@ -65,12 +42,7 @@ class Model {
  private:
   Model() = default;
 
-  std::unique_ptr<GgufFile> file_;
-  ModelConfig config_;
   ModelWeights weights_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  absl::StatusOr<ChatTemplate> chat_template_ =
-      absl::NotFoundError("no chat template");
   std::string fingerprint_;
   std::string name_;
   std::string quantization_;

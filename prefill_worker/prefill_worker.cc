@@ -10,9 +10,11 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "engine/proto_conversion.h"
+#include "engine/chunk_budget.h"
+#include "engine/sampling_proto.h"
 #include "engine/token_stream.h"
 #include "kv_transfer/kv_block_transfer.h"
+#include "worker/proto_conversion.h"
 
 namespace pdserve::prefill_worker {
 namespace {
@@ -149,7 +151,7 @@ absl::Status PrefillWorker::Enqueue(const v1::PrefillRequest& request,
                                     absl::Time deadline, PrefillDone done) {
   if (draining_) return absl::UnavailableError("prefill worker is draining");
   auto job = std::make_unique<Job>();
-  job->tokens = engine::ToTokens(request.prompt_token_ids());
+  job->tokens = worker::ToTokens(request.prompt_token_ids());
   if (job->tokens.empty()) {
     return absl::InvalidArgumentError("the prompt is empty");
   }
@@ -413,32 +415,25 @@ void PrefillWorker::SchedulerLoop() {
                     active_.end());
     }
 
-    int32_t budget = runner_->max_batch_tokens();
+    engine::ChunkBudget budget(runner_->max_batch_tokens());
     // Jobs already in the batch take their next chunk first.
     items.clear();
     for (const auto& job : active_) {
       const int32_t computed = runner_->num_computed(job->seq);
       const int32_t remaining =
           static_cast<int32_t>(job->tokens.size()) - computed;
-      const int32_t n = std::min(remaining, budget);
+      const int32_t n = budget.Fit(remaining);
       if (n <= 0) break;
-      items.push_back({job->seq, n,
-                       n == remaining ? engine::LogitsMode::kLast
-                                      : engine::LogitsMode::kNone});
-      budget -= n;
+      items.push_back(budget.Take(job->seq, n, remaining));
     }
     const size_t before = active_.size();
-    int32_t room = budget;
+    int32_t room = budget.left();
     AdmitJobs(&room);
-    for (size_t i = before; i < active_.size() && budget > 0; ++i) {
+    for (size_t i = before; i < active_.size() && budget.left() > 0; ++i) {
       const Job& job = *active_[i];
       const int32_t remaining =
           static_cast<int32_t>(job.tokens.size()) - job.cached;
-      const int32_t n = std::min(remaining, budget);
-      items.push_back({job.seq, n,
-                       n == remaining ? engine::LogitsMode::kLast
-                                      : engine::LogitsMode::kNone});
-      budget -= n;
+      items.push_back(budget.Take(job.seq, budget.Fit(remaining), remaining));
     }
     if (items.empty()) {
       absl::MutexLock lock(&mu_);
@@ -508,10 +503,10 @@ void PrefillWorker::SchedulerLoop() {
       r.set_text(step->text);
       if (step->logprob.has_value()) {
         *r.mutable_logprob() =
-            engine::ToProto(*step->logprob, model_.tokenizer());
+            worker::ToProto(*step->logprob, model_.tokenizer());
       }
       if (step->finish != engine::FinishReason::kNone) {
-        r.set_finish_reason(engine::ToProto(step->finish));
+        r.set_finish_reason(worker::ToProto(step->finish));
         if (step->stop_token_id.has_value()) {
           r.set_stop_token_id(*step->stop_token_id);
         } else if (step->stop_string.has_value()) {
@@ -634,7 +629,7 @@ void PrefillWorker::ReleaseTarget(const v1::KvTransferTarget& target,
 }
 
 v1::ModelInfo PrefillWorker::model_info() const {
-  return engine::ModelInfoFor(model_, model_.name(), runner_->kv_layout());
+  return worker::ModelInfoFor(model_, model_.name(), runner_->kv_layout());
 }
 
 std::vector<v1::TransportKind> PrefillWorker::transports() const {
@@ -658,7 +653,7 @@ v1::WorkerLoad PrefillWorker::Load() {
 }
 
 std::vector<v1::PrefixCacheEvent> PrefillWorker::TakeEvents() {
-  return engine::ToProto(runner_->blocks().TakeEvents());
+  return worker::ToProto(runner_->blocks().TakeEvents());
 }
 
 uint32_t PrefillWorker::inflight() {

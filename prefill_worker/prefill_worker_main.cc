@@ -5,20 +5,16 @@
 // PrefillWorker service, and registers with the router as a PREFILL worker,
 // heartbeating its queue and prefix-cache events. SIGTERM or the router's
 // drain command: no new work, in-flight prefills finish, exit 0
-// (rpc/worker_process.h).
+// (worker/run_worker.h, worker/worker_process.h).
 #include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "common/log.h"
-#include "common/termination_signal.h"
-#include "engine/engine_flags.h"
-#include "kv_transfer/transport_factory.h"
+#include "common/status_macros.h"
 #include "prefill_worker/prefill_service.h"
 #include "prefill_worker/prefill_worker.h"
-#include "rpc/worker_process.h"
+#include "worker/run_worker.h"
+#include "worker/worker_process.h"
 
 ABSL_FLAG(int32_t, max_queued_requests, 256,
           "prefill requests queued or computing before refusing more");
@@ -26,58 +22,44 @@ ABSL_FLAG(int32_t, max_queued_requests, 256,
 namespace pdserve::prefill_worker {
 namespace {
 
-int Run() {
-  PrefillWorkerOptions options;
-  options.worker_id = rpc::WorkerIdFromFlags(v1::WORKER_ROLE_PREFILL);
-  SetLogTag(options.worker_id);
-  options.runner = engine::EngineOptionsFromFlags().runner;
-  options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
-  absl::StatusOr<kv_transfer::KvTransportConfig> transport =
-      rpc::KvTransportFromFlags(options.worker_id);
-  if (!transport.ok()) {
-    PD_LOG(ERROR) << transport.status();
-    return 2;
-  }
-  options.transport = *transport;
-
-  absl::StatusOr<std::unique_ptr<model::Model>> model =
-      engine::OpenModelFromFlags();
-  if (!model.ok()) {
-    PD_LOG(ERROR) << model.status();
-    return 2;
-  }
+// Everything that serves in the process, destroyed bottom up: the service
+// before the worker, the worker before the completer it calls.
+struct PrefillProcess : worker::RoleState {
   GrpcTransferCompleter completer;
-  absl::StatusOr<std::unique_ptr<PrefillWorker>> worker =
-      PrefillWorker::Create(**model, options, &completer);
-  if (!worker.ok()) {
-    PD_LOG(ERROR) << worker.status();
-    return 2;
-  }
-  PrefillWorker* w = worker->get();
-  PrefillService service(w);
+  std::unique_ptr<PrefillWorker> worker;
+  std::unique_ptr<PrefillService> service;
+};
 
-  rpc::WorkerProcessOptions process;
-  process.role = v1::WORKER_ROLE_PREFILL;
-  process.services = {&service};
-  process.on_serving = [w](const std::string&) {
+absl::StatusOr<std::unique_ptr<worker::RoleState>> Build(
+    const worker::WorkerBasics& basics, worker::WorkerProcessOptions* process) {
+  PrefillWorkerOptions options;
+  options.worker_id = basics.worker_id;
+  options.runner = basics.engine.runner;
+  options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  options.transport = basics.transport;
+  auto role = std::make_unique<PrefillProcess>();
+  PD_ASSIGN_OR_RETURN(
+      role->worker,
+      PrefillWorker::Create(*basics.model, options, &role->completer));
+  PrefillWorker* w = role->worker.get();
+  role->service = std::make_unique<PrefillService>(w);
+  process->services = {role->service.get()};
+  process->on_serving = [w](const std::string&) {
     w->Start();
     return absl::OkStatus();
   };
-  rpc::ReportFrom(w, engine::ServedModelName(engine::ModelPathFromFlags()),
-                  &process);
-  process.max_batch_tokens = options.runner.max_batch_tokens;
-  PD_LOG(INFO) << "model " << (*model)->name() << ", KV cache "
-               << w->blocks().num_total_blocks() << " blocks of "
-               << w->blocks().block_size() << " tokens";
-  return rpc::RunWorkerProcess(process);
+  worker::ReportFrom(w, process);
+  process->max_batch_tokens = options.runner.max_batch_tokens;
+  return role;
 }
 
 }  // namespace
 }  // namespace pdserve::prefill_worker
 
 int main(int argc, char** argv) {
-  pdserve::BlockTerminationSignals();
-  absl::SetProgramUsageMessage("pd-prefill-worker: a pdserve prefill worker.");
-  absl::ParseCommandLine(argc, argv);
-  return pdserve::prefill_worker::Run();
+  return pdserve::worker::RunWorker(
+      argc, argv,
+      {.usage = "pd-prefill-worker: a pdserve prefill worker.",
+       .role = [] { return pdserve::v1::WORKER_ROLE_PREFILL; },
+       .build = pdserve::prefill_worker::Build});
 }

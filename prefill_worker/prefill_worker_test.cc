@@ -2,7 +2,8 @@
 // worker: its first token is the offline engine's, its prefix cache serves
 // repeats, and its queue, cancels, refusals and drain behave as promised.
 // The transfer path (a target in a decode worker's pool) is covered end to
-// end in decode_worker/decode_worker_test.cc.
+// end, across processes, by the cluster tests in tests/ (serving_test and
+// the fault tests): the two workers meet only over the wire.
 #include "prefill_worker/prefill_worker.h"
 
 #include <unistd.h>
@@ -20,7 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/llm_engine.h"
-#include "engine/proto_conversion.h"
+#include "engine/sampling_proto.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/tiny_model.h"

@@ -96,13 +96,6 @@ v1::AdmitRequest GenerationCore::AdmitRequestFor(
   for (int32_t t : a.tokens) admit.add_token_ids(t);
   for (uint32_t t : a.replayed) admit.add_token_ids(t);
   admit.set_num_prompt_tokens(a.tokens.size());
-  const uint32_t context = model_->config().context_length;
-  const uint32_t room = context - a.tokens.size() - a.replayed.size();
-  admit.set_max_new_tokens(
-      a.request.sampling().has_max_tokens()
-          ? std::min<uint32_t>(
-                a.request.sampling().max_tokens() - a.replayed.size(), room)
-          : room);
   *admit.mutable_writer_layout() = prefill.kv_layout;
   for (v1::TransportKind kind : prefill.transports) {
     admit.add_writer_transports(kind);

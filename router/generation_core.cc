@@ -10,9 +10,9 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "engine/kv_block_manager.h"
-#include "engine/proto_conversion.h"
+#include "engine/block_hash.h"
 #include "engine/sampler.h"
+#include "engine/sampling_proto.h"
 
 namespace pdserve::router {
 namespace {
@@ -43,8 +43,8 @@ absl::StatusOr<std::vector<model::ChatMessage>> TemplateMessages(
 // The chat's prompt tokens; a template that is missing or refuses the
 // messages is the request's error (INVALID_ARGUMENT).
 absl::StatusOr<std::vector<int32_t>> EncodeChat(
-    const model::Model& model, absl::Span<const model::ChatMessage> messages,
-    bool generation_prompt) {
+    const model::ModelText& model,
+    absl::Span<const model::ChatMessage> messages, bool generation_prompt) {
   absl::StatusOr<std::vector<model::TokenId>> ids =
       model.EncodeChat(messages, generation_prompt);
   if (!ids.ok()) {
@@ -83,7 +83,7 @@ void GenerationCore::WorkersLost(const std::vector<std::string>& worker_ids) {
   }
 }
 
-GenerationCore::GenerationCore(const model::Model* model,
+GenerationCore::GenerationCore(const model::ModelText* model,
                                WorkerRegistry* registry, RoutingPolicy* policy,
                                const GenerationCoreOptions& options)
     : model_(model), registry_(registry), policy_(policy), options_(options) {}
@@ -172,7 +172,7 @@ std::vector<WorkerView> GenerationCore::Candidates(
     w.transports = r.registration.transports;
     auto [keys, fresh] = keys_by_block_size.try_emplace(w.block_size);
     if (fresh) {
-      keys->second = engine::KvBlockManager::ChainKeys(tokens, w.block_size);
+      keys->second = engine::ChainKeys(tokens, w.block_size);
     }
     w.cached_blocks =
         registry_->CachedPrefixBlocks(r.registration.worker_id, keys->second);

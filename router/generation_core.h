@@ -45,7 +45,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
-#include "model/model.h"
+#include "model/model_text.h"
 #include "proto/worker.grpc.pb.h"
 #include "router/client_api.h"
 #include "router/request_stream.h"
@@ -79,7 +79,7 @@ class GenerationCore : public ClientApi {
  public:
   // `model` supplies the tokenizer and chat template (the same file the
   // workers serve; its name must match theirs). Borrows all three.
-  GenerationCore(const model::Model* model, WorkerRegistry* registry,
+  GenerationCore(const model::ModelText* model, WorkerRegistry* registry,
                  RoutingPolicy* policy, const GenerationCoreOptions& options);
   ~GenerationCore() override;
 
@@ -185,7 +185,7 @@ class GenerationCore : public ClientApi {
   void AddOutstanding(const std::string& worker_id, int64_t tokens,
                       int32_t sequences);
 
-  const model::Model* const model_;
+  const model::ModelText* const model_;
   WorkerRegistry* const registry_;
   RoutingPolicy* const policy_;
   const GenerationCoreOptions options_;

@@ -26,8 +26,8 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/termination_signal.h"
-#include "engine/engine_flags.h"
-#include "model/model.h"
+#include "model/model_flags.h"
+#include "model/model_text.h"
 #include "router/control_services.h"
 #include "router/generation_core.h"
 #include "router/generation_service.h"
@@ -85,11 +85,11 @@ absl::StatusOr<v1::RoutingPolicy> ParsePolicy(std::string name) {
 }
 
 int Run() {
-  // --model (engine/engine_flags.h): the file the workers serve, read here
-  // for its tokenizer and chat template.
-  const std::string model_path = engine::ModelPathFromFlags();
-  absl::StatusOr<std::unique_ptr<model::Model>> model =
-      model::Model::Open(model_path);
+  // --model (model/model_flags.h): the file the workers serve, read here
+  // for its tokenizer and chat template (not its weights).
+  const std::string model_path = model::ModelPathFromFlags();
+  absl::StatusOr<std::unique_ptr<model::ModelText>> model =
+      model::ModelText::Open(model_path);
   if (!model.ok()) {
     PD_LOG(ERROR) << model.status();
     return 2;
@@ -123,7 +123,7 @@ int Run() {
   core_options.max_migrations = absl::GetFlag(FLAGS_max_migrations);
   core_options.reservation_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_reservation_timeout_ms));
-  core_options.model_id = engine::ServedModelName(model_path);
+  core_options.model_id = model::ServedModelName(model_path);
   GenerationCore core(model->get(), registry->get(), &policy, core_options);
   const absl::Duration request_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_request_timeout_ms));

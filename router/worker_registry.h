@@ -126,7 +126,7 @@ class WorkerRegistry {
                                  bool exact_role = false);
 
   // How many leading entries of `chain_keys` (a prompt's block chain keys,
-  // engine/kv_block_manager.h) the worker reported holding in its prefix
+  // engine/block_hash.h) the worker reported holding in its prefix
   // cache; 0 for an unknown worker. The KV-aware routing score.
   int32_t CachedPrefixBlocks(const std::string& worker_id,
                              absl::Span<const uint64_t> chain_keys);

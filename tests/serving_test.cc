@@ -29,7 +29,6 @@
 #include "cli/local_cluster.h"
 #include "common/subprocess.h"
 #include "engine/llm_engine.h"
-#include "engine/proto_conversion.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"

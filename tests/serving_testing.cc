@@ -4,7 +4,7 @@
 
 #include "absl/time/clock.h"
 #include "cli/generate_client.h"
-#include "engine/proto_conversion.h"
+#include "engine/sampling_proto.h"
 #include "gtest/gtest.h"
 
 namespace pdserve::testing {

@@ -1,16 +1,10 @@
-#include "engine/engine_flags.h"
+#include "worker/engine_flags.h"
 
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/match.h"
-#include "model/default_model.h"
+#include "proto/common.pb.h"
 
-ABSL_FLAG(std::string, model, "",
-          "GGUF model file (default: the project's default model)");
-ABSL_FLAG(std::string, served_model_name, "",
-          "the model id clients use (default: the model file's name "
-          "without .gguf)");
 ABSL_FLAG(int32_t, kv_cache_mb, 256, "KV cache size in MiB");
 ABSL_FLAG(int32_t, kv_block_size, 16, "tokens per KV block");
 ABSL_FLAG(int32_t, max_batch_tokens, 512,
@@ -20,7 +14,7 @@ ABSL_FLAG(int32_t, threads, 0,
           "forward-pass threads (0: the CPUs this process may use)");
 ABSL_FLAG(bool, prefix_cache, true, "reuse KV of shared prompt prefixes");
 
-namespace pdserve::engine {
+namespace pdserve::worker {
 
 // --kv_cache_dtype's value; a bad one is refused when flags are parsed.
 struct KvCacheDtypeFlag {
@@ -44,36 +38,17 @@ std::string AbslUnparseFlag(const KvCacheDtypeFlag& flag) {
   return flag.dtype == v1::KV_DTYPE_FP8_E4M3 ? "fp8_e4m3" : "fp16";
 }
 
-}  // namespace pdserve::engine
+}  // namespace pdserve::worker
 
-ABSL_FLAG(pdserve::engine::KvCacheDtypeFlag, kv_cache_dtype, {},
+ABSL_FLAG(pdserve::worker::KvCacheDtypeFlag, kv_cache_dtype, {},
           "how the KV cache stores K and V: fp16 (default; llama.cpp's "
           "numerics) or fp8_e4m3 (half the memory per token). Prefill and "
           "decode workers of one cluster must use the same");
 
-namespace pdserve::engine {
+namespace pdserve::worker {
 
-std::string ModelPathFromFlags() {
-  const std::string path = absl::GetFlag(FLAGS_model);
-  return path.empty() ? model::DefaultModelPath() : path;
-}
-
-absl::StatusOr<std::unique_ptr<model::Model>> OpenModelFromFlags() {
-  return model::Model::Open(ModelPathFromFlags());
-}
-
-std::string ServedModelName(const std::string& model_path) {
-  if (const std::string name = absl::GetFlag(FLAGS_served_model_name);
-      !name.empty()) {
-    return name;
-  }
-  std::string base = model_path.substr(model_path.rfind('/') + 1);
-  if (absl::EndsWith(base, ".gguf")) base.resize(base.size() - 5);
-  return base;
-}
-
-EngineOptions EngineOptionsFromFlags() {
-  EngineOptions options;
+engine::EngineOptions EngineOptionsFromFlags() {
+  engine::EngineOptions options;
   options.runner.kv_cache_bytes = int64_t{absl::GetFlag(FLAGS_kv_cache_mb)}
                                   << 20;
   options.runner.block_size = absl::GetFlag(FLAGS_kv_block_size);
@@ -85,4 +60,4 @@ EngineOptions EngineOptionsFromFlags() {
   return options;
 }
 
-}  // namespace pdserve::engine
+}  // namespace pdserve::worker

@@ -1,9 +1,9 @@
-#include "kv_transfer/kv_layout.h"
+#include "kv_layout/kv_layout.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace pdserve::kv_transfer {
+namespace pdserve::kv_layout {
 namespace {
 
 using ::testing::HasSubstr;
@@ -101,4 +101,4 @@ TEST(KvLayoutCompatibilityTest, OnlyPoolCapacityMayDiffer) {
 }
 
 }  // namespace
-}  // namespace pdserve::kv_transfer
+}  // namespace pdserve::kv_layout

@@ -8,10 +8,10 @@
 //     -> deregister -> server shutdown -> exit 0
 //
 // Flags (all workers): --listen, --advertise_address, --router, --worker_id,
-// --port_file, --drain_timeout_ms. The role-specific services are passed in by
-// main().
-#ifndef PDSERVE_RPC_WORKER_PROCESS_H_
-#define PDSERVE_RPC_WORKER_PROCESS_H_
+// --port_file, --drain_timeout_ms. The role-specific services are passed in
+// by the role (run_worker.h builds the rest of a worker process around it).
+#ifndef PDSERVE_WORKER_WORKER_PROCESS_H_
+#define PDSERVE_WORKER_WORKER_PROCESS_H_
 
 #include <functional>
 #include <string>
@@ -19,7 +19,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kv_transfer/transport_factory.h"
 #include "proto/common.pb.h"
 #include "proto/membership.pb.h"
 
@@ -27,7 +26,7 @@ namespace grpc {
 class Service;
 }  // namespace grpc
 
-namespace pdserve::rpc {
+namespace pdserve::worker {
 
 struct WorkerProcessOptions {
   v1::WorkerRole role = v1::WORKER_ROLE_UNSPECIFIED;
@@ -56,20 +55,13 @@ struct WorkerProcessOptions {
 // The worker id: --worker_id, or ROLE-HOST-PID when unset.
 std::string WorkerIdFromFlags(v1::WorkerRole role);
 
-// The KV transport chosen by --transport (ucx, in_process, nccl), named
-// after the worker in logs. INVALID_ARGUMENT for an unknown name.
-absl::StatusOr<kv_transfer::KvTransportConfig> KvTransportFromFlags(
-    const std::string& worker_id);
-
 // Fills what the worker registers and reports from its serving core, which
 // provides model_info(), transports(), Load(), TakeEvents(), inflight() and
-// BeginDrain() (PrefillWorker, DecodeWorker). `model_id` is the served
-// model name clients use.
+// BeginDrain() (PrefillWorker, DecodeWorker). The model's id stays the
+// core's until the caller sets the served model name clients use.
 template <typename Worker>
-void ReportFrom(Worker* worker, const std::string& model_id,
-                WorkerProcessOptions* process) {
+void ReportFrom(Worker* worker, WorkerProcessOptions* process) {
   process->model = worker->model_info();
-  process->model.set_id(model_id);
   process->transports = worker->transports();
   process->on_drain = [worker] { worker->BeginDrain(); };
   process->inflight_requests = [worker] { return worker->inflight(); };
@@ -81,6 +73,6 @@ void ReportFrom(Worker* worker, const std::string& model_id,
 // process exit code.
 int RunWorkerProcess(const WorkerProcessOptions& options);
 
-}  // namespace pdserve::rpc
+}  // namespace pdserve::worker
 
-#endif  // PDSERVE_RPC_WORKER_PROCESS_H_
+#endif  // PDSERVE_WORKER_WORKER_PROCESS_H_

@@ -1,10 +1,10 @@
-#include "kv_transfer/kv_layout.h"
+#include "kv_layout/kv_layout.h"
 
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 
-namespace pdserve::kv_transfer {
+namespace pdserve::kv_layout {
 namespace {
 
 // a * b, or false on 64-bit overflow.
@@ -104,4 +104,4 @@ absl::Status CheckKvLayoutsCompatible(const v1::KvLayout& writer,
   return absl::OkStatus();
 }
 
-}  // namespace pdserve::kv_transfer
+}  // namespace pdserve::kv_layout

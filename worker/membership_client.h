@@ -10,8 +10,8 @@
 // returns or the client is destroyed.
 // Thread-safety: Stop() and registered() may be called from any thread; the
 // callbacks run on the client's thread and must not block for long.
-#ifndef PDSERVE_RPC_MEMBERSHIP_CLIENT_H_
-#define PDSERVE_RPC_MEMBERSHIP_CLIENT_H_
+#ifndef PDSERVE_WORKER_MEMBERSHIP_CLIENT_H_
+#define PDSERVE_WORKER_MEMBERSHIP_CLIENT_H_
 
 #include <functional>
 #include <memory>
@@ -25,7 +25,7 @@
 #include "absl/time/time.h"
 #include "proto/membership.grpc.pb.h"
 
-namespace pdserve::rpc {
+namespace pdserve::worker {
 
 // What the worker reports with each heartbeat.
 struct WorkerStatusReport {
@@ -81,6 +81,6 @@ class MembershipClient {
   std::thread thread_;
 };
 
-}  // namespace pdserve::rpc
+}  // namespace pdserve::worker
 
-#endif  // PDSERVE_RPC_MEMBERSHIP_CLIENT_H_
+#endif  // PDSERVE_WORKER_MEMBERSHIP_CLIENT_H_

@@ -1,40 +1,18 @@
-#include "engine/proto_conversion.h"
+#include "worker/proto_conversion.h"
 
 #include <string>
 
 #include "model/unicode.h"
 
-namespace pdserve::engine {
+namespace pdserve::worker {
 
-SamplingParams FromProto(const v1::SamplingParams& p) {
-  SamplingParams s;
-  if (p.has_temperature()) s.temperature = p.temperature();
-  s.top_k = p.top_k();
-  if (p.has_top_p()) s.top_p = p.top_p();
-  s.min_p = p.min_p();
-  if (p.has_repetition_penalty()) {
-    s.repetition_penalty = p.repetition_penalty();
-  }
-  s.presence_penalty = p.presence_penalty();
-  s.frequency_penalty = p.frequency_penalty();
-  if (p.has_seed()) s.seed = p.seed();
-  if (p.has_max_tokens()) s.max_tokens = p.max_tokens();
-  s.stop.assign(p.stop().begin(), p.stop().end());
-  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
-  s.ignore_eos = p.ignore_eos();
-  s.logprobs = p.logprobs();
-  s.top_logprobs = p.top_logprobs();
-  s.logit_bias.insert(p.logit_bias().begin(), p.logit_bias().end());
-  return s;
-}
-
-v1::FinishReason ToProto(FinishReason reason) {
+v1::FinishReason ToProto(engine::FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop:
+    case engine::FinishReason::kStop:
       return v1::FINISH_REASON_STOP;
-    case FinishReason::kLength:
+    case engine::FinishReason::kLength:
       return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kNone:
+    case engine::FinishReason::kNone:
       break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
@@ -52,14 +30,14 @@ void SetTokenText(uint32_t id, const model::Tokenizer& tokenizer,
 
 }  // namespace
 
-v1::TokenLogprob ToProto(const SampleResult& sample,
+v1::TokenLogprob ToProto(const engine::SampleResult& sample,
                          const model::Tokenizer& tokenizer) {
   v1::TokenLogprob out;
   out.set_token_id(sample.token_id);
   out.set_logprob(sample.logprob);
   SetTokenText(sample.token_id, tokenizer, out.mutable_text(),
                out.mutable_raw_bytes());
-  for (const TokenLogprob& top : sample.top_logprobs) {
+  for (const engine::TokenLogprob& top : sample.top_logprobs) {
     v1::TopLogprob* t = out.add_top_logprobs();
     t->set_token_id(top.token_id);
     t->set_logprob(top.logprob);
@@ -83,21 +61,21 @@ v1::ModelInfo ModelInfoFor(const model::Model& model, const std::string& id,
 }
 
 std::vector<v1::PrefixCacheEvent> ToProto(
-    const std::vector<PrefixCacheEvent>& events) {
+    const std::vector<engine::PrefixCacheEvent>& events) {
   std::vector<v1::PrefixCacheEvent> out;
   out.reserve(events.size());
-  for (const PrefixCacheEvent& e : events) {
+  for (const engine::PrefixCacheEvent& e : events) {
     v1::PrefixCacheEvent p;
     switch (e.kind) {
-      case PrefixCacheEvent::Kind::kStored:
+      case engine::PrefixCacheEvent::Kind::kStored:
         p.set_kind(v1::PrefixCacheEvent::KIND_STORED);
         p.add_block_hashes(e.key);
         break;
-      case PrefixCacheEvent::Kind::kRemoved:
+      case engine::PrefixCacheEvent::Kind::kRemoved:
         p.set_kind(v1::PrefixCacheEvent::KIND_REMOVED);
         p.add_block_hashes(e.key);
         break;
-      case PrefixCacheEvent::Kind::kCleared:
+      case engine::PrefixCacheEvent::Kind::kCleared:
         p.set_kind(v1::PrefixCacheEvent::KIND_CLEARED);
         break;
     }
@@ -110,4 +88,4 @@ std::vector<int32_t> ToTokens(absl::Span<const uint32_t> ids) {
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
-}  // namespace pdserve::engine
+}  // namespace pdserve::worker

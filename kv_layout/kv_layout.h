@@ -4,11 +4,13 @@
 // The memory order is the contract documented on v1::KvLayout in
 // proto/common.proto (layout_version 1, layer-major). Every component that
 // addresses KV bytes (engine pools, transfer backends, checksums) goes
-// through this one implementation of it.
+// through this one implementation of it. It lives in a package of its own,
+// below both the engine (whose KV pool is laid out by it) and kv_transfer
+// (which moves and checks those bytes), so neither reaches into the other.
 //
 // Value type; immutable after construction; thread-safe.
-#ifndef PDSERVE_KV_TRANSFER_KV_LAYOUT_H_
-#define PDSERVE_KV_TRANSFER_KV_LAYOUT_H_
+#ifndef PDSERVE_KV_LAYOUT_KV_LAYOUT_H_
+#define PDSERVE_KV_LAYOUT_KV_LAYOUT_H_
 
 #include <cstdint>
 
@@ -16,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "proto/common.pb.h"
 
-namespace pdserve::kv_transfer {
+namespace pdserve::kv_layout {
 
 // The only memory order implemented.
 inline constexpr uint32_t kKvLayoutVersion = 1;
@@ -73,6 +75,6 @@ uint64_t KvDtypeBytes(v1::KvDtype dtype);
 absl::Status CheckKvLayoutsCompatible(const v1::KvLayout& writer,
                                       const v1::KvLayout& reader);
 
-}  // namespace pdserve::kv_transfer
+}  // namespace pdserve::kv_layout
 
-#endif  // PDSERVE_KV_TRANSFER_KV_LAYOUT_H_
+#endif  // PDSERVE_KV_LAYOUT_KV_LAYOUT_H_

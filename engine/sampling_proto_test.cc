@@ -1,4 +1,4 @@
-#include "engine/proto_conversion.h"
+#include "engine/sampling_proto.h"
 
 #include <map>
 #include <string>

@@ -1,11 +1,11 @@
-// Conversions between the engine's request types and the wire types of
-// proto/common.proto, shared by every service that runs the engine (prefill
-// and decode workers) and by the router's validation, so the same request
-// means the same thing everywhere.
+// Conversions between the engine's types and the wire types a worker
+// answers and registers with (proto/common.proto, proto/membership.proto),
+// shared by the prefill and decode workers. The request side (sampling
+// parameters), which the router needs too, is engine/sampling_proto.h.
 //
 // Thread-safety: stateless functions.
-#ifndef PDSERVE_ENGINE_PROTO_CONVERSION_H_
-#define PDSERVE_ENGINE_PROTO_CONVERSION_H_
+#ifndef PDSERVE_WORKER_PROTO_CONVERSION_H_
+#define PDSERVE_WORKER_PROTO_CONVERSION_H_
 
 #include <cstdint>
 #include <vector>
@@ -19,17 +19,12 @@
 #include "proto/common.pb.h"
 #include "proto/membership.pb.h"
 
-namespace pdserve::engine {
+namespace pdserve::worker {
 
-// Unset optional fields take the engine defaults (temperature 1, top_p 1,
-// repetition_penalty 1, no seed, no max_tokens). Does not validate; see
-// ValidateSamplingParams.
-SamplingParams FromProto(const v1::SamplingParams& params);
-
-v1::FinishReason ToProto(FinishReason reason);
+v1::FinishReason ToProto(engine::FinishReason reason);
 
 // A sampled token's logprob with its text, for the wire.
-v1::TokenLogprob ToProto(const SampleResult& sample,
+v1::TokenLogprob ToProto(const engine::SampleResult& sample,
                          const model::Tokenizer& tokenizer);
 
 // What a worker serving `model` under `id` registers: id, architecture,
@@ -39,11 +34,11 @@ v1::ModelInfo ModelInfoFor(const model::Model& model, const std::string& id,
 
 // Prefix-cache events for the router's KV index, one block hash each.
 std::vector<v1::PrefixCacheEvent> ToProto(
-    const std::vector<PrefixCacheEvent>& events);
+    const std::vector<engine::PrefixCacheEvent>& events);
 
 // Token ids from the wire, checked against the vocabulary elsewhere.
 std::vector<int32_t> ToTokens(absl::Span<const uint32_t> ids);
 
-}  // namespace pdserve::engine
+}  // namespace pdserve::worker
 
-#endif  // PDSERVE_ENGINE_PROTO_CONVERSION_H_
+#endif  // PDSERVE_WORKER_PROTO_CONVERSION_H_

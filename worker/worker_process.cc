@@ -1,4 +1,4 @@
-#include "rpc/worker_process.h"
+#include "worker/worker_process.h"
 
 #include <unistd.h>
 
@@ -14,8 +14,8 @@
 #include "common/log.h"
 #include "common/termination_signal.h"
 #include "proto/enum_names.h"
-#include "rpc/membership_client.h"
 #include "rpc/server.h"
+#include "worker/membership_client.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port for the worker's gRPC server (port 0 picks a free port)");
@@ -28,16 +28,10 @@ ABSL_FLAG(std::string, worker_id, "",
           "stable worker name (default: ROLE-HOST-PID)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here once serving");
-ABSL_FLAG(std::string, transport, "ucx",
-          "KV transport: ucx, in_process (tests) or nccl (GPU builds)");
-ABSL_FLAG(std::string, testing_kv_faults, "",
-          "FOR TESTS: inject faults into every KV transfer this worker "
-          "makes (comma-separated: drop_writes, drop_notices, "
-          "corrupt_writes, delay_ms=N, fail_after_bytes=N)");
 ABSL_FLAG(int32_t, drain_timeout_ms, 30000,
           "on SIGTERM, how long in-flight work may take before exiting");
 
-namespace pdserve::rpc {
+namespace pdserve::worker {
 namespace {
 
 std::string DefaultWorkerId(v1::WorkerRole role) {
@@ -78,34 +72,15 @@ std::string WorkerIdFromFlags(v1::WorkerRole role) {
   return worker_id.empty() ? DefaultWorkerId(role) : worker_id;
 }
 
-absl::StatusOr<kv_transfer::KvTransportConfig> KvTransportFromFlags(
-    const std::string& worker_id) {
-  kv_transfer::KvTransportConfig config;
-  absl::StatusOr<v1::TransportKind> kind =
-      kv_transfer::ParseTransportKind(absl::GetFlag(FLAGS_transport));
-  if (!kind.ok()) return kind.status();
-  config.kind = *kind;
-  config.name = worker_id;
-  if (const std::string faults = absl::GetFlag(FLAGS_testing_kv_faults);
-      !faults.empty()) {
-    absl::StatusOr<kv_transfer::TransportFaults> parsed =
-        kv_transfer::ParseTransportFaults(faults);
-    if (!parsed.ok()) return parsed.status();
-    PD_LOG(WARNING) << "injecting KV transfer faults: " << faults;
-    config.faults = *parsed;
-  }
-  return config;
-}
-
 int RunWorkerProcess(const WorkerProcessOptions& options) {
   const std::string worker_id = WorkerIdFromFlags(options.role);
   SetLogTag(worker_id);
 
-  GrpcServerOptions server_options;
+  rpc::GrpcServerOptions server_options;
   server_options.listen_address = absl::GetFlag(FLAGS_listen);
   server_options.services = options.services;
-  absl::StatusOr<std::unique_ptr<GrpcServer>> server =
-      GrpcServer::Start(server_options);
+  absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> server =
+      rpc::GrpcServer::Start(server_options);
   if (!server.ok()) {
     PD_LOG(ERROR) << server.status();
     return 1;
@@ -198,4 +173,4 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
   return 0;
 }
 
-}  // namespace pdserve::rpc
+}  // namespace pdserve::worker

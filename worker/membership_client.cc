@@ -1,4 +1,4 @@
-#include "rpc/membership_client.h"
+#include "worker/membership_client.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include "grpcpp/grpcpp.h"
 #include "rpc/status_conversion.h"
 
-namespace pdserve::rpc {
+namespace pdserve::worker {
 namespace {
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
@@ -68,7 +68,7 @@ void MembershipClient::Stop(const std::string& reason) {
   const grpc::Status status = stub_->Deregister(&context, request, &response);
   if (!status.ok()) {
     PD_LOG(WARNING) << "deregister failed (the lease will expire instead): "
-                    << FromGrpcStatus(status);
+                    << rpc::FromGrpcStatus(status);
   }
 }
 
@@ -117,7 +117,7 @@ bool MembershipClient::TryRegister() {
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
         status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
       PD_LOG(ERROR) << "router refused registration: "
-                    << FromGrpcStatus(status);
+                    << rpc::FromGrpcStatus(status);
     }
     return false;
   }
@@ -168,7 +168,7 @@ void MembershipClient::SendHeartbeat() {
     return;
   }
   if (!status.ok()) {
-    PD_LOG(WARNING) << "heartbeat failed: " << FromGrpcStatus(status);
+    PD_LOG(WARNING) << "heartbeat failed: " << rpc::FromGrpcStatus(status);
     return;
   }
   unsent_events_.clear();
@@ -179,4 +179,4 @@ void MembershipClient::SendHeartbeat() {
   }
 }
 
-}  // namespace pdserve::rpc
+}  // namespace pdserve::worker

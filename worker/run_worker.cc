@@ -1,0 +1,59 @@
+#include "worker/run_worker.h"
+
+#include <utility>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/log.h"
+#include "common/termination_signal.h"
+#include "model/model_flags.h"
+#include "worker/engine_flags.h"
+#include "worker/kv_transport_flags.h"
+
+namespace pdserve::worker {
+
+int RunWorker(int argc, char** argv, const WorkerMain& main) {
+  BlockTerminationSignals();
+  absl::SetProgramUsageMessage(main.usage);
+  absl::ParseCommandLine(argc, argv);
+
+  WorkerBasics basics;
+  basics.role = main.role();
+  basics.worker_id = WorkerIdFromFlags(basics.role);
+  SetLogTag(basics.worker_id);
+  basics.engine = EngineOptionsFromFlags();
+  absl::StatusOr<kv_transfer::KvTransportConfig> transport =
+      KvTransportFromFlags(basics.worker_id);
+  if (!transport.ok()) {
+    PD_LOG(ERROR) << transport.status();
+    return 2;
+  }
+  basics.transport = *std::move(transport);
+
+  const std::string model_path = model::ModelPathFromFlags();
+  absl::StatusOr<std::unique_ptr<model::Model>> model =
+      model::Model::Open(model_path);
+  if (!model.ok()) {
+    PD_LOG(ERROR) << model.status();
+    return 2;
+  }
+  basics.model = model->get();
+
+  WorkerProcessOptions process;
+  process.role = basics.role;
+  // Declared after the model: destroyed before it.
+  absl::StatusOr<std::unique_ptr<RoleState>> role =
+      main.build(basics, &process);
+  if (!role.ok()) {
+    PD_LOG(ERROR) << role.status();
+    return 2;
+  }
+  process.model.set_id(model::ServedModelName(model_path));
+  const v1::WorkerLoad load = process.load ? process.load() : v1::WorkerLoad();
+  PD_LOG(INFO) << "model " << (*model)->name() << ", KV cache "
+               << load.total_kv_blocks() << " blocks of "
+               << process.model.kv_layout().block_size_tokens() << " tokens";
+  return RunWorkerProcess(process);
+}
+
+}  // namespace pdserve::worker
