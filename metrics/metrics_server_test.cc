@@ -55,7 +55,7 @@ TEST(MetricsServerTest, ServesTheRegistryAtGetMetrics) {
   server->Shutdown();  // idempotent
 }
 
-TEST(MetricsServerTest, RefusesATakenPortAndBadAddresses) {
+TEST(MetricsServerTest, RefusesATakenPortAndBadOptions) {
   Registry registry;
   std::unique_ptr<MetricsServer> first = StartOnLoopback(&registry);
   ASSERT_NE(first, nullptr);
@@ -63,13 +63,14 @@ TEST(MetricsServerTest, RefusesATakenPortAndBadAddresses) {
   options.listen_address = "127.0.0.1:" + std::to_string(first->port());
   EXPECT_EQ(MetricsServer::Start(options, &registry).status().code(),
             absl::StatusCode::kUnavailable);
-  for (const char* bad : {"127.0.0.1", ":80", "127.0.0.1:x", "h:70000"}) {
-    options.listen_address = bad;
-    EXPECT_EQ(MetricsServer::Start(options, &registry).status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << bad;
-  }
+  options.listen_address = "127.0.0.1";
+  EXPECT_EQ(MetricsServer::Start(options, &registry).status().code(),
+            absl::StatusCode::kInvalidArgument);
   options.listen_address = "127.0.0.1:0";
+  options.threads = 0;
+  EXPECT_EQ(MetricsServer::Start(options, &registry).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.threads = 1;
   EXPECT_FALSE(MetricsServer::Start(options, nullptr).ok());
 }
 
