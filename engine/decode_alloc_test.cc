@@ -4,56 +4,20 @@
 // and block tables have room for the context from the start, and the
 // prefix cache's map and event queue for every block of the pool (also
 // after evictions and a cache clear). Counted with a replaced global
-// operator new, so this test has a binary of its own.
-#include <atomic>
+// operator new (common/allocation_counter.h), so this test has a binary of
+// its own.
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
+#include "common/allocation_counter.h"
 #include "engine/model_runner.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/tiny_model.h"
-
-namespace {
-std::atomic<int64_t> g_allocations{0};
-
-void* Allocate(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n == 0 ? 1 : n);
-}
-}  // namespace
-
-// Every plain (not over-aligned) form, so that each new meets its own
-// delete (AddressSanitizer checks the pairing).
-void* operator new(std::size_t n) {
-  if (void* p = Allocate(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (void* p = Allocate(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  return Allocate(n);
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  return Allocate(n);
-}
-// GCC takes free() on a replaced operator new's memory for a mismatch.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  std::free(p);
-}
 
 namespace pdserve::engine {
 namespace {
@@ -87,9 +51,9 @@ int DecodeWithoutAllocating(ModelRunner& runner, int steps,
   for (int step = 0; step < steps; ++step) {
     const int32_t pos = 20 + step;  // position of the token this step adds
     between_steps(step);
-    const int64_t before = g_allocations.load();
+    const int64_t before = AllocationCount();
     const absl::Status decoded = runner.Decode(ids, next, &logits);
-    const int64_t allocations = g_allocations.load() - before;
+    const int64_t allocations = AllocationCount() - before;
     EXPECT_TRUE(decoded.ok()) << decoded;
     if (!decoded.ok()) break;
     if (step == 0) continue;

