@@ -16,14 +16,15 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/http_server_thread.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "httplib.h"
 #include "proto/client.pb.h"
 #include "router/openai_request.h"
@@ -44,34 +45,6 @@ constexpr absl::Duration kStreamPollInterval = absl::Milliseconds(200);
 constexpr absl::Duration kStreamCommitDelay = absl::Milliseconds(250);
 // Sent when nothing else was for a poll interval; clients ignore comments.
 constexpr absl::string_view kKeepAlive = ": keep-alive\n\n";
-// How long Start waits for the accept loop to come up.
-constexpr absl::Duration kStartTimeout = absl::Seconds(10);
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-};
-
-absl::StatusOr<HostPort> ParseListenAddress(absl::string_view address) {
-  size_t colon = address.rfind(':');
-  if (colon == absl::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen address '", address, "' is not host:port"));
-  }
-  HostPort out;
-  absl::string_view host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  out.host = std::string(host);
-  if (out.host.empty() ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &out.port) || out.port < 0 ||
-      out.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen address '", address, "' is not host:port"));
-  }
-  return out;
-}
 
 // The routes we serve, for telling 405 from 404.
 struct Route {
@@ -156,67 +129,33 @@ class HttpFrontend::Impl {
     if (options_.max_connections < 1) {
       return absl::InvalidArgumentError("max_connections must be >= 1");
     }
-    absl::StatusOr<HostPort> address =
-        ParseListenAddress(options_.listen_address);
-    if (!address.ok()) return address.status();
     Configure();
-    if (address->port == 0) {
-      port_ = server_.bind_to_any_port(address->host);
-    } else if (server_.bind_to_port(address->host, address->port)) {
-      port_ = address->port;
-    } else {
-      port_ = -1;
-    }
-    if (port_ < 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options_.listen_address,
-                       " (address in use or not local?)"));
-    }
-    if (!server_.RaiseListenBacklog()) {
-      PD_LOG(WARNING) << "cannot raise the listen backlog on "
-                      << options_.listen_address << "; bursts of new "
-                      << "connections may be refused";
-    }
-    thread_ = std::thread([this] {
-      server_.listen_after_bind();
-      serve_returned_ = true;
-    });
-    // stop() is a no-op until the accept loop runs, so Shutdown must not
-    // race with its start.
-    absl::Time give_up = absl::Now() + kStartTimeout;
-    while (!server_.is_running() && !serve_returned_) {
-      if (absl::Now() > give_up) break;
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    if (!server_.is_running()) {
-      Shutdown();
-      return absl::UnavailableError(absl::StrCat(
-          "HTTP server on ", options_.listen_address, " did not start"));
-    }
-    PD_LOG(INFO) << "OpenAI HTTP front end listening on " << address->host
-                 << ":" << port_;
+    HttpServerThreadOptions accept_loop;
+    accept_loop.listen_address = options_.listen_address;
+    accept_loop.after_bind = [this] {
+      if (!server_.RaiseListenBacklog()) {
+        PD_LOG(WARNING) << "cannot raise the listen backlog on "
+                        << options_.listen_address << "; bursts of new "
+                        << "connections may be refused";
+      }
+    };
+    PD_ASSIGN_OR_RETURN(accept_loop_,
+                        HttpServerThread::Start(accept_loop, &server_));
+    PD_LOG(INFO) << "OpenAI HTTP front end listening on "
+                 << options_.listen_address << " (port " << accept_loop_->port()
+                 << ")";
     return absl::OkStatus();
   }
 
-  int port() const { return port_; }
+  int port() const {
+    return accept_loop_ == nullptr ? -1 : accept_loop_->port();
+  }
 
   void Shutdown() {
-    absl::MutexLock lock(&shutdown_mu_);
-    if (shut_down_) return;
-    shut_down_ = true;
+    // Every open stream stops at its next chunk; the accept loop then
+    // stops and its connection threads finish.
     stopping_ = true;
-    if (!thread_.joinable()) return;
-    // stop() does nothing until the accept loop runs, and must be called
-    // once: wait for the loop to be up (Start already did, unless it
-    // failed), stop it, and wait for the connection threads to finish.
-    while (!serve_returned_) {
-      if (server_.is_running()) {
-        server_.stop();
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    thread_.join();
+    if (accept_loop_ != nullptr) accept_loop_->Shutdown();
   }
 
  private:
@@ -226,12 +165,6 @@ class HttpFrontend::Impl {
       return new httplib::ThreadPool(threads);
     };
     server_.set_payload_max_length(options_.max_body_bytes);
-    // httplib's default sets SO_REUSEPORT, which would let a second server
-    // silently share our port; SO_REUSEADDR only allows quick restarts.
-    server_.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
 
     server_.Post("/v1/completions",
                  [this](const httplib::Request& req, httplib::Response& res) {
@@ -522,14 +455,10 @@ class HttpFrontend::Impl {
   const HttpFrontendOptions options_;
   ClientApi* const api_;
   HttpServer server_;
-  int port_ = -1;
-  std::thread thread_;
-  std::atomic<bool> serve_returned_{false};
+  // Declared after server_, so destroyed (and stopped) before it.
+  std::unique_ptr<HttpServerThread> accept_loop_;
   // Set by Shutdown: every sink refuses its next chunk.
   std::atomic<bool> stopping_{false};
-
-  absl::Mutex shutdown_mu_;
-  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 
   absl::Mutex id_mu_;
   absl::BitGen bitgen_ ABSL_GUARDED_BY(id_mu_);
