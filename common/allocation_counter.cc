@@ -46,4 +46,14 @@ int64_t AllocationCount() {
   return g_allocations.load(std::memory_order_relaxed);
 }
 
+bool AllocationCountingIsLive() {
+  const int64_t before = AllocationCount();
+  // A direct call of the replaceable function, which the compiler may not
+  // elide as it may a new-expression.
+  void* p = ::operator new(16);
+  const bool counted = AllocationCount() > before;
+  ::operator delete(p);
+  return counted;
+}
+
 }  // namespace pdserve

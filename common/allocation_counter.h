@@ -20,6 +20,12 @@ namespace pdserve {
 // started.
 int64_t AllocationCount();
 
+// Whether the count above sees this process's allocations. It does not
+// under AddressSanitizer, whose runtime library is found before this one
+// and supplies operator new itself; a test that proves a path allocates
+// nothing must then skip, not pass with a count that never moves.
+bool AllocationCountingIsLive();
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_ALLOCATION_COUNTER_H_

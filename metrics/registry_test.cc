@@ -143,7 +143,9 @@ TEST(RegistryTest, SeriesCreatedWhileCollectingFromOtherThreads) {
   for (int i = 0; i < 50; ++i) registry.Collect();
   for (std::thread& t : threads) t.join();
   uint64_t total = 0;
-  for (const SeriesSnapshot& s : registry.Collect()[0].series) {
+  // Held: a range-for over a member of the temporary would read freed memory.
+  const std::vector<FamilySnapshot> families = registry.Collect();
+  for (const SeriesSnapshot& s : families[0].series) {
     total += s.cumulative_counts.back();
   }
   EXPECT_EQ(total, 4000);
