@@ -145,11 +145,30 @@ std::map<std::string, v1::WorkerInfo> FaultTest::Workers() {
 }
 
 absl::Duration FaultTest::AwaitIdle(absl::Duration timeout) {
+  // Every worker the cluster started, but those killed or stopped on
+  // purpose, must be listed: an empty listing (a router that lost its
+  // workers, or whose workers have not registered again) is not idle.
+  std::vector<std::string> expected;
+  for (const cli::LocalProcess& p : cluster_->processes()) {
+    if (p.name != "router" && !disturbed_.contains(p.name)) {
+      expected.push_back(p.name);
+    }
+  }
   const absl::Time start = absl::Now();
   std::string busy;
   while (absl::Now() - start < timeout) {
     busy.clear();
-    for (const auto& [id, w] : Workers()) {
+    const std::map<std::string, v1::WorkerInfo> workers = Workers();
+    for (const std::string& name : expected) {
+      auto it = workers.find(name);
+      if (it == workers.end()) {
+        absl::StrAppend(&busy, name, " (not listed) ");
+      } else if (it->second.state() != v1::WORKER_STATE_SERVING) {
+        absl::StrAppend(&busy, name, " (",
+                        v1::WorkerState_Name(it->second.state()), ") ");
+      }
+    }
+    for (const auto& [id, w] : workers) {
       const v1::WorkerLoad& load = w.load();
       if (w.inflight_requests() != 0 || load.queued_prefill_tokens() != 0 ||
           load.running_sequences() != 0 || load.reserved_kv_blocks() != 0 ||

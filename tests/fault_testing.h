@@ -89,9 +89,11 @@ class FaultTest : public ::testing::Test {
   // exit status is not checked).
   void Signal(const std::string& name, int signal);
 
-  // Waits until every worker the router lists is idle: nothing queued,
-  // running or in transfer, every KV block free. Returns how long that
-  // took, or fails the test and returns InfiniteDuration after `timeout`.
+  // Waits until every worker the router lists is idle (nothing queued,
+  // running or in transfer, every KV block free) and every worker the
+  // cluster started, but those in `disturbed_`, is among them and serving.
+  // Returns how long that took, or fails the test and returns
+  // InfiniteDuration after `timeout`.
   absl::Duration AwaitIdle(absl::Duration timeout);
 
   // Counts each outcome against the offline engine: completed with its

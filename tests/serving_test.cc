@@ -33,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "model/model.h"
+#include "nlohmann/json.hpp"
 #include "tests/cluster_testing.h"
 #include "tests/serving_testing.h"
 
@@ -145,6 +146,16 @@ class ServingTest : public ::testing::Test {
     ADD_FAILURE() << "KV blocks still in use: " << busy;
   }
 
+  // The workers' KV block size, in tokens.
+  int32_t BlockSize() {
+    auto listed =
+        cli::ListWorkers(cluster_->control_address(),
+                         v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(5));
+    EXPECT_TRUE(listed.ok()) << listed.status();
+    if (!listed.ok() || listed->workers().empty()) return 1;
+    return listed->workers(0).model().kv_layout().block_size_tokens();
+  }
+
   std::unique_ptr<cli::LocalCluster> cluster_;
 };
 
@@ -158,12 +169,27 @@ TEST_F(ServingTest, DisaggregatedOutputsMatchTheOfflineEngine) {
     const std::string name = absl::StrCat(
         "match-", shape.prefill, "p", shape.decode, "d", shape.colocated, "c");
     Start(name, model, shape);
+    const int32_t block_size = BlockSize();
     for (size_t i = 0; i < requests.size(); ++i) {
       // Twice each: the second run hits the prefix caches.
       for (int round = 0; round < 2; ++round) {
         const Outcome got = Generate(cluster_->router_address(), requests[i]);
-        ExpectSameAnswer(got, offline.Run(requests[i]),
-                         absl::StrCat(name, " request ", i, " round ", round));
+        const Outcome expected = offline.Run(requests[i]);
+        const std::string what =
+            absl::StrCat(name, " request ", i, " round ", round);
+        ExpectSameAnswer(got, expected, what);
+        if (round == 0) {
+          // A load report from the middle of round 0 would steer round 1
+          // away from the worker holding its prompt.
+          ExpectKvIdle();
+        } else {
+          // Every whole block of the prompt but one holding its last token
+          // (which is always computed) comes from the cache.
+          const uint32_t prompt = expected.usage.prompt_tokens();
+          EXPECT_EQ(got.usage.cached_prompt_tokens(),
+                    (prompt - 1) / block_size * block_size)
+              << what << ", a " << prompt << "-token prompt";
+        }
         if (shape.colocated == 0) {
           EXPECT_THAT(got.timing.prefill_worker_id(), HasSubstr("prefill-"));
           EXPECT_THAT(got.timing.decode_worker_id(), HasSubstr("decode-"));
@@ -272,6 +298,12 @@ TEST_F(ServingTest, ConditionalDisaggregationPrefillsShortPromptsLocally) {
   ExpectKvIdle();
 }
 
+// KV-aware routing sends a prompt to the prefill worker that holds its
+// prefix. Idle workers tie, and a tie goes to the first by id (prefill-0),
+// so the prefix is placed on prefill-1: its first prompt arrives while
+// prefill-0 computes a long one. With both idle again, only the router's
+// prefix index (worker cache events -> heartbeats -> index) can send the
+// repeats to prefill-1 rather than prefill-0.
 TEST_F(ServingTest, KvAwareRoutingSendsASharedPrefixToTheWorkerHoldingIt) {
   const std::string model = testing::DefaultModelPathOrEmpty();
   if (model.empty()) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL is not set";
@@ -285,20 +317,62 @@ TEST_F(ServingTest, KvAwareRoutingSendsASharedPrefixToTheWorkerHoldingIt) {
     r.mutable_token_ids()->mutable_ids()->MergeFrom(tail.token_ids().ids());
     return r;
   };
-  const Outcome first = Generate(cluster_->router_address(), prompt(1, 10));
-  ASSERT_TRUE(first.status.ok()) << first.status;
-  const std::string holder = first.timing.prefill_worker_id();
-  ASSERT_THAT(holder, HasSubstr("prefill-"));
-  EXPECT_EQ(first.usage.cached_prompt_tokens(), 0u);
-  // Let the holder's next heartbeat carry its prefix-cache events.
-  absl::SleepFor(absl::Milliseconds(800));
 
-  const Outcome warm = Generate(cluster_->router_address(), prompt(1, 11));
-  ASSERT_TRUE(warm.status.ok()) << warm.status;
-  EXPECT_EQ(warm.timing.prefill_worker_id(), holder);
-  EXPECT_GE(warm.usage.cached_prompt_tokens(), 256u);
-  const Outcome cold = Generate(cluster_->router_address(), prompt(2, 12));
+  // Occupy prefill-0 with a 1024-token prompt: seconds of prefill on one
+  // thread (about 1 s with a CPU twice as fast as AMD Zen 4), while the
+  // first prefix prompt is sent within a heartbeat (200 ms) of prefill-0
+  // reporting it.
+  const v1::GenerateRequest long_prompt = TokenRequest(1024, 99, 1, kVocab);
+  Outcome occupied;
+  std::atomic<bool> occupied_done{false};
+  std::thread occupier([&] {
+    occupied = Generate(cluster_->router_address(), long_prompt);
+    occupied_done = true;
+  });
+  bool busy = false;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!busy && !occupied_done && absl::Now() < give_up) {
+    auto listed = cli::ListWorkers(cluster_->control_address(),
+                                   v1::WORKER_ROLE_PREFILL, absl::Seconds(5));
+    if (!listed.ok()) {
+      ADD_FAILURE() << listed.status();
+      break;
+    }
+    for (const v1::WorkerInfo& w : listed->workers()) {
+      busy |=
+          w.worker_id() == "prefill-0" &&
+          (w.inflight_requests() > 0 || w.load().queued_prefill_tokens() > 0);
+    }
+    if (!busy) absl::SleepFor(absl::Milliseconds(10));
+  }
+  const Outcome first = Generate(cluster_->router_address(), prompt(1, 10));
+  occupier.join();
+  ASSERT_TRUE(busy) << "prefill-0 never reported the long prompt";
+  ASSERT_TRUE(occupied.status.ok()) << occupied.status;
+  ASSERT_EQ(occupied.timing.prefill_worker_id(), "prefill-0");
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  ASSERT_EQ(first.timing.prefill_worker_id(), "prefill-1")
+      << "prefill-0 was done with the long prompt (prefill "
+      << occupied.timing.prefill_compute_ms()
+      << " ms) before the first prefix prompt was routed";
+  EXPECT_EQ(first.usage.cached_prompt_tokens(), 0u);
+
+  // Idle again (a busy worker's load would steer the choice), and
+  // prefill-1's heartbeats have carried its prefix-cache events.
+  ExpectKvIdle();
+  absl::SleepFor(absl::Milliseconds(800));
+  Outcome warm;
+  for (int tail = 11; tail <= 13; ++tail) {
+    warm = Generate(cluster_->router_address(), prompt(1, tail));
+    ASSERT_TRUE(warm.status.ok()) << warm.status;
+    EXPECT_EQ(warm.timing.prefill_worker_id(), "prefill-1") << "tail " << tail;
+    EXPECT_GE(warm.usage.cached_prompt_tokens(), 256u) << "tail " << tail;
+    ExpectKvIdle();
+  }
+  // A prompt nobody holds goes where ties go, and is computed in full.
+  const Outcome cold = Generate(cluster_->router_address(), prompt(2, 14));
   ASSERT_TRUE(cold.status.ok()) << cold.status;
+  EXPECT_EQ(cold.timing.prefill_worker_id(), "prefill-0");
   EXPECT_EQ(cold.usage.cached_prompt_tokens(), 0u);
   // 24 tokens computed instead of 280.
   EXPECT_LT(warm.timing.ttft_ms(), cold.timing.ttft_ms());
@@ -493,6 +567,17 @@ std::vector<int32_t> GreedyTokens(const std::string& output) {
   return {};
 }
 
+// The JSON objects among a script's output lines.
+std::vector<nlohmann::json> JsonLines(const std::string& output) {
+  std::vector<nlohmann::json> objects;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (!absl::StartsWith(line, "{")) continue;
+    nlohmann::json parsed = nlohmann::json::parse(line, nullptr, false);
+    if (parsed.is_object()) objects.push_back(std::move(parsed));
+  }
+  return objects;
+}
+
 TEST_F(ServingTest, OfficialOpenAiAndGrpcioClientsStreamFromTheRouter) {
   if (std::getenv("PDSERVE_PYTHON") == nullptr) {
     GTEST_SKIP() << "PDSERVE_PYTHON is not set (scripts/python_env.sh)";
@@ -520,7 +605,35 @@ TEST_F(ServingTest, OfficialOpenAiAndGrpcioClientsStreamFromTheRouter) {
                  "--prompt", "The capital of France is"},
                 dir);
   EXPECT_EQ(openai.exit_code, 0) << openai.output;
-  EXPECT_THAT(openai.output, HasSubstr("\"api\": \"openai-chat\""));
+  // Each answer the official client got (completions and chat, streamed
+  // and not) is the offline engine's.
+  v1::GenerateRequest chat;
+  v1::ChatMessage* message = chat.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("The capital of France is");
+  chat.mutable_sampling()->set_temperature(0);
+  chat.mutable_sampling()->set_max_tokens(16);
+  const Outcome expected_chat = offline.Run(chat);
+  ASSERT_TRUE(expected_chat.status.ok()) << expected_chat.status;
+  int compared = 0;
+  for (const nlohmann::json& record : JsonLines(openai.output)) {
+    const std::string api = record.value("api", "");
+    const Outcome* want = api == "openai-completions" ? &expected
+                          : api == "openai-chat"      ? &expected_chat
+                                                      : nullptr;
+    if (want == nullptr) continue;
+    ++compared;
+    const std::string what = record.dump();
+    EXPECT_EQ(record.value("text", ""), want->text) << what;
+    EXPECT_EQ(record.value("finish_reason", ""),
+              want->finish == v1::FINISH_REASON_LENGTH ? "length" : "stop")
+        << what;
+    const nlohmann::json usage = record.value("usage", nlohmann::json());
+    EXPECT_EQ(usage.is_object() ? usage.value("completion_tokens", 0u) : 0u,
+              want->tokens.size())
+        << what;
+  }
+  EXPECT_EQ(compared, 4) << openai.output;
   ExpectKvIdle();
 }
 
