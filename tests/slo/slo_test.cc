@@ -54,6 +54,7 @@
 #include "loadgen/runner.h"
 #include "loadgen/target.h"
 #include "loadgen/workload.h"
+#include "model/default_model.h"
 #include "tests/cluster_testing.h"
 
 namespace pdserve {
@@ -172,8 +173,7 @@ class SloTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (testing::DefaultModelPathOrEmpty().empty()) {
-      GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL is not set (scripts/test.sh "
-                      "sets it)";
+      GTEST_SKIP() << model::kNoDefaultModel;
     }
   }
 
