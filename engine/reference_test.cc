@@ -19,6 +19,7 @@
 #include "engine/llm_engine.h"
 #include "engine/model_runner.h"
 #include "gtest/gtest.h"
+#include "model/default_model.h"
 #include "model/model.h"
 #include "model/tiny_model.h"
 
@@ -152,11 +153,12 @@ TEST(ReferenceTest, TinyModelsMatchLlamaCppLogitsAndGreedyTokens) {
 }
 
 // The default model, opened once for the tests that use it; null when
-// PDSERVE_DEFAULT_MODEL is unset (a set but unopenable path fails).
+// there is none (model::FindDefaultModel; a set but unopenable
+// PDSERVE_DEFAULT_MODEL fails).
 const model::Model* DefaultModel() {
   static const model::Model* const kModel = []() -> const model::Model* {
-    const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-    if (path == nullptr || *path == '\0') return nullptr;
+    const std::string path = model::FindDefaultModel();
+    if (path.empty()) return nullptr;
     auto m = model::Model::Open(path);
     if (!m.ok()) {
       ADD_FAILURE() << m.status();
@@ -179,7 +181,7 @@ std::vector<const ReferenceCase*> DefaultModelCases(
 
 TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
   const model::Model* m = DefaultModel();
-  if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
+  if (m == nullptr) GTEST_SKIP() << model::kNoDefaultModel;
   const std::vector<ReferenceCase> all = LoadCases();
   const std::vector<const ReferenceCase*> cases = DefaultModelCases(all);
   ASSERT_GE(cases.size(), 8u);
@@ -234,7 +236,7 @@ TEST(ReferenceTest, DefaultModelMatchesLlamaCppTokenForToken) {
 // for a good part.
 TEST(ReferenceTest, DefaultModelWithFp8KvCacheStaysCloseToLlamaCpp) {
   const model::Model* m = DefaultModel();
-  if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
+  if (m == nullptr) GTEST_SKIP() << model::kNoDefaultModel;
   const std::vector<ReferenceCase> all = LoadCases();
   const std::vector<const ReferenceCase*> cases = DefaultModelCases(all);
   const auto greedy = GreedyAll(*m, cases, v1::KV_DTYPE_FP8_E4M3);
@@ -260,7 +262,7 @@ TEST(ReferenceTest, DefaultModelWithFp8KvCacheStaysCloseToLlamaCpp) {
 
 TEST(ReferenceTest, DefaultModelKnowsTheCapitalOfFrance) {
   const model::Model* m = DefaultModel();
-  if (m == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set";
+  if (m == nullptr) GTEST_SKIP() << model::kNoDefaultModel;
   EngineOptions o;
   o.runner.kv_cache_bytes = int64_t{16} << 20;
   auto engine = LlmEngine::Create(*m, o);

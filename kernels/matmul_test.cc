@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "kernels/ggml_type.h"
 #include "kernels/quant.h"
+#include "model/default_model.h"
 #include "model/gguf.h"
 
 namespace pdserve::kernels {
@@ -1243,10 +1244,8 @@ void CheckRealTensor(const model::GgufFile& file, const std::string& name,
 }
 
 TEST(MatMulRowsTest, RealModel) {
-  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-  if (path == nullptr || !std::ifstream(path).good()) {
-    GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set or not readable";
-  }
+  const std::string path = model::FindDefaultModel();
+  if (path.empty()) GTEST_SKIP() << model::kNoDefaultModel;
   absl::StatusOr<std::unique_ptr<model::GgufFile>> file =
       model::GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "kernels/ggml_type.h"
+#include "model/default_model.h"
 #include "model/gguf.h"
 
 namespace pdserve::kernels {
@@ -548,10 +549,8 @@ void CheckFirstRow(const model::GgufFile& file, const std::string& name,
 }
 
 TEST(QuantTest, RealModelFirstRows) {
-  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-  if (path == nullptr || !std::ifstream(path).good()) {
-    GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set or not readable";
-  }
+  const std::string path = model::FindDefaultModel();
+  if (path.empty()) GTEST_SKIP() << model::kNoDefaultModel;
   absl::StatusOr<std::unique_ptr<model::GgufFile>> file =
       model::GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();

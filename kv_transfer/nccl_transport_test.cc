@@ -1,11 +1,14 @@
 // NcclTransport: the parts that run everywhere (creation fails cleanly
 // without a GPU; host memory is refused) and the GPU tests, which skip
-// without the GPUs they need unless PDSERVE_REQUIRE_GPU is set (then a
-// machine without any GPU fails them).
+// without the GPUs they need unless PDSERVE_REQUIRE_GPU is set: then a
+// machine with fewer GPUs than a test needs fails it, saying why.
 //
-// Two ranks of one NCCL communicator cannot share a GPU, so the data tests
-// need two GPUs in this process: the writer on device 0, the receiver on
-// device 1, each transport driving NCCL from its own threads.
+// Two ranks of one NCCL communicator cannot share a GPU (NCCL refuses a
+// duplicate device, also across processes), so the data tests need two GPUs:
+// the writer on device 0, the receiver on device 1, in this process, each
+// transport driving NCCL from its own threads. On a one-GPU machine they
+// fail under PDSERVE_REQUIRE_GPU; leave them out knowingly there with
+// --test_filter=-NcclTwoGpuTest.*.
 #include "kv_transfer/nccl_transport.h"
 
 #include <cuda_runtime.h>
@@ -17,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -42,19 +46,48 @@ int GpuCount() {
   return count;
 }
 
-// Skips the test unless `n` GPUs are present; with PDSERVE_REQUIRE_GPU set,
-// a machine with no GPU at all fails it instead.
-#define PD_REQUIRE_GPUS(n)                                           \
-  do {                                                               \
-    const int pd_gpus = GpuCount();                                  \
-    if (pd_gpus == 0 && GpuRequired()) {                             \
-      FAIL() << "PDSERVE_REQUIRE_GPU is set but CUDA finds no GPU";  \
-    }                                                                \
-    if (pd_gpus < (n)) {                                             \
-      if (pd_gpus == 0) GTEST_SKIP() << "no GPU";                    \
-      GTEST_SKIP() << "needs " << (n) << " GPUs, found " << pd_gpus; \
-    }                                                                \
+// What a test that needs `needed` GPUs does on a machine with `found`: runs
+// (empty message), skips, or, when GPUs are required, fails.
+struct GpuVerdict {
+  bool fail = false;
+  std::string message;  // Why it skips or fails; empty: it runs.
+};
+GpuVerdict CheckGpus(int needed, int found, bool required) {
+  if (found >= needed) return {};
+  if (!required) {
+    return {false, found == 0 ? std::string("no GPU")
+                              : absl::StrCat("needs ", needed, " GPUs, found ",
+                                             found)};
+  }
+  return {true, absl::StrCat(
+                    "PDSERVE_REQUIRE_GPU is set but this test needs ", needed,
+                    " GPU", needed == 1 ? "" : "s", " and CUDA finds ", found,
+                    needed > 1 ? " (two ranks of one NCCL communicator "
+                                 "cannot share a device)"
+                               : "")};
+}
+
+// Runs the rest of the test only if `n` GPUs are present: otherwise skips,
+// or fails when PDSERVE_REQUIRE_GPU is set.
+#define PD_REQUIRE_GPUS(n)                                                   \
+  do {                                                                       \
+    const GpuVerdict pd_verdict = CheckGpus((n), GpuCount(), GpuRequired()); \
+    if (pd_verdict.fail) FAIL() << pd_verdict.message;                       \
+    if (!pd_verdict.message.empty()) GTEST_SKIP() << pd_verdict.message;     \
   } while (false)
+
+TEST(GpuRequirementTest, RequiredGpusThatAreMissingFailTheTest) {
+  EXPECT_TRUE(CheckGpus(2, 1, /*required=*/true).fail);
+  EXPECT_THAT(CheckGpus(2, 1, true).message,
+              HasSubstr("needs 2 GPUs and CUDA finds 1"));
+  EXPECT_TRUE(CheckGpus(1, 0, true).fail);
+  EXPECT_TRUE(CheckGpus(2, 0, true).fail);
+  EXPECT_EQ(CheckGpus(2, 2, true).message, "");
+  EXPECT_FALSE(CheckGpus(2, 1, /*required=*/false).fail);
+  EXPECT_EQ(CheckGpus(2, 1, false).message, "needs 2 GPUs, found 1");
+  EXPECT_EQ(CheckGpus(1, 0, false).message, "no GPU");
+  EXPECT_EQ(CheckGpus(1, 1, false).message, "");
+}
 
 NcclTransportOptions Options(int device, const std::string& name) {
   NcclTransportOptions options;

@@ -174,20 +174,56 @@ TEST_P(TransportTest, ANoticeThatNeverComesTimesOut) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
-TEST_P(TransportTest, CancelEndsAnOperationAndTheTransportStaysUsable) {
-  auto op = writer_->PostWrite(
-      {source_region_, peer_, {{0, 0, kPoolBytes}}, Deadline()});
-  ASSERT_TRUE(op.ok());
-  writer_->Cancel(*op);
-  const absl::Status status = writer_->Wait(*op, Deadline());
-  // It either finished before the cancel or reports the cancel.
-  EXPECT_TRUE(status.ok() || status.code() == absl::StatusCode::kCancelled)
-      << status;
+// Cancel depends on whether a backend's writes can still be in flight when
+// PostWrite returns. UCX's are: PostWrite hands them to the progress thread
+// and returns, so a cancel can end one. The in-process backend's are not:
+// PostWrite copies the bytes before it returns, so a cancel always comes
+// too late and the write keeps its result. Each kind is tested as itself.
+class CancellableTransportTest : public TransportTest {};
+class SynchronousTransportTest : public TransportTest {};
+
+TEST_P(CancellableTransportTest,
+       CancelEndsAnOperationAndTheTransportStaysUsable) {
+  // Writes queue on the progress thread in order: by the time the last of
+  // many large writes has been posted, it cannot have finished (the ones
+  // before it still copy tens of MiB), so cancelling it first must end it
+  // as CANCELLED. The others may each have finished first.
+  std::vector<OperationId> ops;
+  for (int i = 0; i < 32; ++i) {
+    auto op = writer_->PostWrite(
+        {source_region_, peer_, {{0, 0, kPoolBytes}}, Deadline()});
+    ASSERT_TRUE(op.ok()) << op.status();
+    ops.push_back(*op);
+  }
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) writer_->Cancel(*it);
+  EXPECT_EQ(writer_->Wait(ops.back(), Deadline()).code(),
+            absl::StatusCode::kCancelled);
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    const absl::Status status = writer_->Wait(ops[i], Deadline());
+    EXPECT_TRUE(status.ok() || status.code() == absl::StatusCode::kCancelled)
+        << status;
+  }
+  // Cancelling again, or a forgotten operation, changes nothing.
+  writer_->Cancel(ops.back());
   auto again =
       writer_->PostWrite({source_region_, peer_, {{0, 0, 4096}}, Deadline()});
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(writer_->Wait(*again, Deadline()).ok());
   EXPECT_EQ(std::memcmp(destination_.data(), source_.data(), 4096), 0);
+}
+
+TEST_P(SynchronousTransportTest, CancelAfterPostWriteComesTooLate) {
+  auto op = writer_->PostWrite(
+      {source_region_, peer_, {{0, 0, kPoolBytes}}, Deadline()});
+  ASSERT_TRUE(op.ok());
+  writer_->Cancel(*op);
+  // It finished inside PostWrite; the cancel leaves it as it finished.
+  EXPECT_TRUE(writer_->Wait(*op, Deadline()).ok());
+  EXPECT_EQ(std::memcmp(destination_.data(), source_.data(), kPoolBytes), 0);
+  auto again =
+      writer_->PostWrite({source_region_, peer_, {{0, 0, 4096}}, Deadline()});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(writer_->Wait(*again, Deadline()).ok());
 }
 
 TEST_P(TransportTest, RegisteringAndImportingManyTimesLeavesNothingBehind) {
@@ -216,25 +252,31 @@ TEST_P(TransportTest, RegisteringAndImportingManyTimesLeavesNothingBehind) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, TransportTest,
-    ::testing::Values(
-        Backend{"InProcess",
-                [](const std::string&) -> std::unique_ptr<KvTransport> {
-                  auto t = InProcessTransport::Create();
-                  return t.ok() ? std::move(t).value() : nullptr;
-                }},
-        Backend{"Ucx",
-                [](const std::string& name) -> std::unique_ptr<KvTransport> {
-                  UcxTransportOptions options;
-                  options.name = name;
-                  auto t = UcxTransport::Create(options);
-                  EXPECT_TRUE(t.ok()) << t.status();
-                  return t.ok() ? std::move(t).value() : nullptr;
-                }}),
-    [](const ::testing::TestParamInfo<Backend>& info) {
-      return info.param.name;
-    });
+const Backend kInProcess{
+    "InProcess", [](const std::string&) -> std::unique_ptr<KvTransport> {
+      auto t = InProcessTransport::Create();
+      return t.ok() ? std::move(t).value() : nullptr;
+    }};
+const Backend kUcx{"Ucx",
+                   [](const std::string& name) -> std::unique_ptr<KvTransport> {
+                     UcxTransportOptions options;
+                     options.name = name;
+                     auto t = UcxTransport::Create(options);
+                     EXPECT_TRUE(t.ok()) << t.status();
+                     return t.ok() ? std::move(t).value() : nullptr;
+                   }};
+std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
+  return info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransportTest,
+                         ::testing::Values(kInProcess, kUcx), BackendName);
+// Writes still in flight when PostWrite returns.
+INSTANTIATE_TEST_SUITE_P(Backends, CancellableTransportTest,
+                         ::testing::Values(kUcx), BackendName);
+// Writes finished when PostWrite returns.
+INSTANTIATE_TEST_SUITE_P(Backends, SynchronousTransportTest,
+                         ::testing::Values(kInProcess), BackendName);
 
 TEST(UcxTransportTest, DescribesTheLanesItUses) {
   auto a = UcxTransport::Create({.name = "a"});

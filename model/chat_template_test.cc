@@ -22,6 +22,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
+#include "model/default_model.h"
 #include "model/gguf.h"
 #include "model/gguf_types.h"
 #include "model/gguf_writer.h"
@@ -596,8 +597,8 @@ TEST(ChatTemplateGgufTest, ErrorsForMissingPieces) {
 
 // The default model's own template and token texts.
 TEST(ChatTemplateGgufTest, DefaultModel) {
-  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-  if (path == nullptr) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL is not set";
+  const std::string path = FindDefaultModel();
+  if (path.empty()) GTEST_SKIP() << kNoDefaultModel;
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
   absl::StatusOr<ChatTemplate> chat = ChatTemplate::FromGguf(**file);

@@ -1,10 +1,15 @@
 // Where the default model (SmolLM2-135M-Instruct, Q4_1) lives: the file
-// scripts/setup.sh downloads. Binaries use it when no --model is given.
+// scripts/setup.sh downloads. Binaries use it when no --model is given;
+// tests that need a real model find it with FindDefaultModel, so that a
+// plain `bazel test` runs them wherever setup.sh has run.
 //
 // Thread-safety: reads the environment; call before starting threads that
 // modify it.
 #ifndef PDSERVE_MODEL_DEFAULT_MODEL_H_
 #define PDSERVE_MODEL_DEFAULT_MODEL_H_
+
+#include <pwd.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -24,6 +29,31 @@ inline std::string DefaultModelPath() {
   return std::string(home != nullptr ? home : "") + "/.cache/pdserve/models/" +
          kDefaultModelFile;
 }
+
+// The default model for a test: $PDSERVE_DEFAULT_MODEL when set (readable
+// or not: a test given a path it cannot open fails), else the file
+// setup.sh downloads, under $HOME or under the account's home directory
+// (`bazel test` sets HOME to a scratch directory), when it is there; else
+// empty, and the test skips with kNoDefaultModel.
+inline std::string FindDefaultModel() {
+  if (const char* env = std::getenv("PDSERVE_DEFAULT_MODEL");
+      env != nullptr && *env != '\0') {
+    return env;
+  }
+  std::string path = DefaultModelPath();
+  if (::access(path.c_str(), R_OK) == 0) return path;
+  if (const passwd* account = ::getpwuid(::getuid()); account != nullptr) {
+    path = std::string(account->pw_dir) + "/.cache/pdserve/models/" +
+           kDefaultModelFile;
+    if (::access(path.c_str(), R_OK) == 0) return path;
+  }
+  return "";
+}
+
+// Why a test that needs the default model skipped.
+inline constexpr char kNoDefaultModel[] =
+    "SKIPPED, NOT PASSED: no default model (run scripts/setup.sh, which "
+    "downloads it to ~/.cache/pdserve/models, or set PDSERVE_DEFAULT_MODEL)";
 
 }  // namespace pdserve::model
 

@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/ggml_type.h"
+#include "model/default_model.h"
 #include "model/gguf.h"
 #include "model/gguf_types.h"
 #include "model/gguf_writer.h"
@@ -379,10 +380,8 @@ TEST(GgufWriterTest, RejectsBadInput) {
 // The real default model, when available.
 
 TEST(GgufRealModelTest, SmolLM2) {
-  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-  if (path == nullptr || ::access(path, R_OK) != 0) {
-    GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set or not readable";
-  }
+  const std::string path = FindDefaultModel();
+  if (path.empty()) GTEST_SKIP() << kNoDefaultModel;
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
   const GgufFile& f = **file;

@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/default_model.h"
 #include "model/gguf.h"
 #include "model/gguf_types.h"
 #include "model/testing/golden_json.h"
@@ -53,12 +54,6 @@ std::optional<Json> LoadGolden(absl::string_view name) {
   std::optional<Json> json = golden::LoadGoldenJson(path);
   if (!json) ADD_FAILURE() << "bad JSON in " << path;
   return json;
-}
-
-const char* DefaultModel() {
-  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-  if (path == nullptr || access(path, R_OK) != 0) return nullptr;
-  return path;
 }
 
 std::string CaseText(const Json& c) {
@@ -155,10 +150,8 @@ TEST(TokenizerGoldenTest, SentencePiece) {
 }
 
 TEST(TokenizerGoldenTest, DefaultModel) {
-  const char* path = DefaultModel();
-  if (path == nullptr) {
-    GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set or not readable";
-  }
+  const std::string path = FindDefaultModel();
+  if (path.empty()) GTEST_SKIP() << kNoDefaultModel;
   std::optional<Json> golden = LoadGolden("smollm2_tokenizer_golden.json");
   ASSERT_TRUE(golden.has_value());
   auto file = GgufFile::Open(path);
@@ -188,10 +181,8 @@ TEST(TokenizerGoldenTest, DefaultModel) {
 }
 
 TEST(TokenizerGoldenTest, PreTokenizerVariantsOfDefaultModel) {
-  const char* path = DefaultModel();
-  if (path == nullptr) {
-    GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL not set or not readable";
-  }
+  const std::string path = FindDefaultModel();
+  if (path.empty()) GTEST_SKIP() << kNoDefaultModel;
   std::optional<Json> golden = LoadGolden("bpe_pretokenizers_golden.json");
   ASSERT_TRUE(golden.has_value());
   auto base = GgufFile::Open(path);

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -77,64 +79,204 @@ int OpenStream(int port, const std::string& body) {
   return fd;
 }
 
-// Whether the response on `fd` has started streaming tokens (reads what
-// has arrived without waiting).
-bool Streaming(int fd, std::string* seen) {
+// What one streamed response looked like from the client's side.
+struct StreamSeen {
+  std::string bytes;
+  // When its first token arrived (InfiniteFuture: none yet).
+  absl::Time first_token = absl::InfiniteFuture();
+  // The router closed the connection.
+  bool closed_by_router = false;
+
+  int tokens() const {
+    int n = 0;
+    for (size_t at = bytes.find("data: {"); at != std::string::npos;
+         at = bytes.find("data: {", at + 1)) {
+      ++n;
+    }
+    return n;
+  }
+  bool finished() const {
+    return bytes.find("data: [DONE]") != std::string::npos;
+  }
+  bool ok_so_far() const {
+    return bytes.empty() || bytes.starts_with("HTTP/1.1 200");
+  }
+};
+
+// Reads what has arrived on `fd` without waiting. Returns whether the
+// response has started streaming tokens.
+bool Streaming(int fd, StreamSeen* seen) {
   char buffer[4096];
   for (;;) {
     const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n == 0) seen->closed_by_router = true;
     if (n <= 0) break;
-    seen->append(buffer, n);
+    seen->bytes.append(buffer, n);
   }
-  return seen->find("data: {") != std::string::npos;
+  const bool streaming = seen->tokens() > 0;
+  if (streaming && seen->first_token == absl::InfiniteFuture()) {
+    seen->first_token = absl::Now();
+  }
+  return streaming;
+}
+
+// Whether every worker is idle; else what is left, in `busy`. `only_held`
+// says whether what is left is only KV blocks a decode worker still holds
+// for a transfer (reserved or quarantined, nothing queued or running).
+bool Idle(const std::map<std::string, v1::WorkerInfo>& workers,
+          std::string* busy, bool* only_held) {
+  busy->clear();
+  *only_held = true;
+  for (const auto& [id, w] : workers) {
+    const v1::WorkerLoad& load = w.load();
+    const bool working =
+        w.inflight_requests() != 0 || load.queued_prefill_tokens() != 0 ||
+        load.running_sequences() != 0 || load.waiting_sequences() != 0;
+    const bool holding = load.reserved_kv_blocks() != 0 ||
+                         load.inflight_transfers() != 0 ||
+                         load.free_kv_blocks() != load.total_kv_blocks();
+    if (working) *only_held = false;
+    if (working || holding) {
+      absl::StrAppend(busy, id, " (", load.ShortDebugString(), " inflight ",
+                      w.inflight_requests(), ") ");
+    }
+  }
+  return busy->empty();
 }
 
 // 50 streaming HTTP clients disconnect at once, some mid-stream and some
 // still waiting for their first token: every worker stops their work and
 // frees their blocks within about a second.
 TEST_F(FaultTest, FiftyHttpClientsDisconnectingFreeEverything) {
-  Start("http-disconnect", 1, 1, {"--max_batch_tokens=64"});
+  constexpr int kStreams = 50;
+  // Work that takes a cluster ignoring the disconnects far longer than the
+  // bound below: on the slow tiny model 400 tokens a stream took AMD Zen 4
+  // about 1.2 ms a token, all 50 streams under a second, so a router that
+  // never cancelled passed; the heavy model's context holds 3000 tokens.
+  constexpr int kMaxTokens = 3000;
+  // Long prompts, so that the ones still queued are seconds of prefill: a
+  // router that does not cancel a request whose client left before its
+  // first token (it stops it only when that token cannot be sent) took 2 s
+  // to free everything with 60-token prompts.
+  constexpr int kPromptTokens = 600;
+  model_path_ = HeavyTinyModelPath();
+  // KV for every prompt at once (64 MB holds 13 of them): the test counts
+  // a request refused for want of KV as lost.
+  Start("http-disconnect", 1, 1,
+        {"--max_batch_tokens=64", "--kv_cache_mb=512"});
   const int port = HttpPort(cluster_->http_url());
   std::vector<int> sockets;
-  for (int i = 0; i < 50; ++i) {
-    sockets.push_back(OpenStream(port, CompletionBody(60, i, 400, true)));
+  for (int i = 0; i < kStreams; ++i) {
+    sockets.push_back(
+        OpenStream(port, CompletionBody(kPromptTokens, i, kMaxTokens, true)));
   }
-  // Until some streams are running: the rest are still queued for prefill.
-  std::vector<std::string> seen(sockets.size());
+  // Until some streams are running, the first of them a few tokens in (its
+  // pace measures how long the work left would take): the rest are still
+  // queued for prefill.
+  std::vector<StreamSeen> seen(sockets.size());
   int streaming = 0;
+  int most_tokens = 0;
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (streaming < 5 && absl::Now() < give_up) {
+  while ((streaming < 5 || most_tokens < 8) && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(20));
     streaming = 0;
+    most_tokens = 0;
     for (size_t i = 0; i < sockets.size(); ++i) {
       streaming += Streaming(sockets[i], &seen[i]);
+      most_tokens = std::max(most_tokens, seen[i].tokens());
     }
   }
   ASSERT_GE(streaming, 5) << "no stream started";
-  ASSERT_LT(streaming, 50) << "every stream started: none waits any more";
+  ASSERT_LT(streaming, kStreams) << "every stream started: none waits any more";
   const absl::Time closed = absl::Now();
   for (int fd : sockets) ::close(fd);
 
-  // Typically about 0.4 s, observed through heartbeats every 200 ms (the
-  // work stops sooner), but on this 2-core machine 50 cancellations, each a
-  // few RPCs, sometimes queue for seconds behind everything else (up to
-  // 3.3 s seen). Once (CI, after Admit stopped waiting behind the engine
-  // loop) one transfer's blocks stayed quarantined, its writer's release
-  // never confirmed, until its 20 s reservation ended: a known gap, not yet
-  // pinned down. The test holds the cluster to freeing everything within
-  // that reservation plus the quarantine, and reports the time.
-  ASSERT_NE(AwaitIdle(absl::Seconds(25)), absl::InfiniteDuration());
+  // What the clients saw before they went: a stream the router had already
+  // ended (finished, failed, or closed) did not end by its client's
+  // disconnect.
+  int cut_by_client = 0, finished = 0, lost = 0;
+  // The time the work left would take a cluster that ignored the
+  // disconnects: at least the most advanced stream's remaining tokens at
+  // the pace it had (its first token was seen up to one poll late, so the
+  // pace is if anything overstated and the time understated).
+  absl::Duration work_left = absl::InfiniteDuration();
+  absl::Duration leader_ran = absl::ZeroDuration();
+  // And the prompts still queued, at the pace the started ones began.
+  absl::Time first_started = absl::InfiniteFuture();
+  for (const StreamSeen& s : seen) {
+    first_started = std::min(first_started, s.first_token);
+    if (s.finished()) {
+      ++finished;
+    } else if (s.closed_by_router || !s.ok_so_far()) {
+      ++lost;
+      ADD_FAILURE() << "the router ended a stream before its client left: "
+                    << s.bytes.substr(0, 300);
+    } else {
+      ++cut_by_client;
+    }
+    if (s.tokens() == most_tokens && s.tokens() > 1) {
+      const absl::Duration per_token =
+          (closed - s.first_token) / (s.tokens() - 1);
+      work_left = std::min(work_left, per_token * (kMaxTokens - s.tokens()));
+      leader_ran = closed - s.first_token;
+    }
+  }
+
+  // The README promises about a second: typically 0.45-0.6 s (heartbeats
+  // every 200 ms; the work itself stops sooner). The bound leaves room for a
+  // loaded 2-core CI machine (50 cancellations, each a few RPCs, have queued
+  // there for up to 3.3 s) and does not depend on the model's speed.
+  const absl::Duration bound = absl::Seconds(4);
+  const absl::Duration prefill_left =
+      (closed - first_started) / (streaming - 1) * (kStreams - streaming);
+  // A cluster that ignored the disconnects, mid-stream or before the first
+  // token, would still be busy at twice the bound.
+  ASSERT_GT(work_left, 2 * bound)
+      << "this model generates too fast (" << most_tokens << " tokens in "
+      << leader_ran << ") to tell freed work from finished work";
+  ASSERT_GT(prefill_left, 2 * bound)
+      << "prompts prefill too fast (" << streaming - 1 << " in "
+      << closed - first_started << ") to tell dropped ones from finished ones";
+
+  // The one allowance: once (CI, after Admit stopped waiting behind the
+  // engine loop) a transfer's blocks stayed held by the decode worker, its
+  // writer's release never confirmed, until its 20 s reservation ended plus
+  // the 0.5 s quarantine. Not seen in the runs made for issue 22 (four
+  // healthy ones, 0.28-0.44 s); if it happens, only that (blocks held,
+  // nothing queued or running anywhere) may outlast the bound, and the test
+  // says so.
+  std::string busy;
+  bool only_held = false;
+  while (!Idle(Workers(), &busy, &only_held) && absl::Now() - closed < bound) {
+    absl::SleepFor(absl::Milliseconds(25));
+  }
   const absl::Duration took = absl::Now() - closed;
-  EXPECT_LT(took, absl::Seconds(25));
+  bool held_past_bound = false;
+  if (!busy.empty()) {
+    ASSERT_TRUE(only_held) << "work still running " << took
+                           << " after every client left: " << busy;
+    held_past_bound = true;
+    std::cerr << "KV blocks still held " << took
+              << " after the disconnects (the known gap: waiting for the "
+                 "reservation to end): "
+              << busy << "\n";
+    ASSERT_NE(AwaitIdle(absl::Seconds(21)), absl::InfiniteDuration());
+  }
   FaultRow row;
-  row.fault =
-      "50 streaming HTTP clients disconnect (some mid-stream, the rest "
-      "before their first token)";
-  row.sent = 50;
-  row.rejected = 50;  // Each ended by its own client: nothing to deliver.
+  row.fault = absl::StrCat(
+      kStreams,
+      " streaming HTTP clients disconnect (some mid-stream, the rest "
+      "before their first token)");
+  row.sent = kStreams;
+  row.completed = finished;
+  row.rejected = cut_by_client;  // Each ended by its own client.
+  row.lost = lost;
   row.recovery = took;
-  row.recovery_what = absl::StrCat("disconnect -> every KV block free (",
-                                   streaming, " were mid-stream)");
+  row.recovery_what = absl::StrCat(
+      "disconnect -> every KV block free (", streaming, " were mid-stream",
+      held_past_bound ? "; one transfer's blocks held to its reservation's end"
+                      : "",
+      ")");
   Report(row);
 
   // The router forgot them all: a new request is served.

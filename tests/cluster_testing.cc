@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/default_model.h"
 #include "model/tiny_model.h"
 
 namespace pdserve::testing {
@@ -69,10 +70,7 @@ std::string TinyModelPath() {
   return path;
 }
 
-std::string DefaultModelPathOrEmpty() {
-  const char* path = std::getenv("PDSERVE_DEFAULT_MODEL");
-  return path == nullptr ? "" : path;
-}
+std::string DefaultModelPathOrEmpty() { return model::FindDefaultModel(); }
 
 std::vector<std::string> SmallWorkerArgs() {
   return {"--threads=1", "--kv_cache_mb=16"};

@@ -31,7 +31,9 @@ std::string SlowTinyModelPath();
 // well inside one request. Written once per process (a second or two).
 std::string HeavyTinyModelPath();
 
-// The default model's path from PDSERVE_DEFAULT_MODEL, or "" when unset.
+// The default model's path (model::FindDefaultModel: $PDSERVE_DEFAULT_MODEL
+// or where scripts/setup.sh puts it), or "" when there is none; a test then
+// skips with model::kNoDefaultModel.
 std::string DefaultModelPathOrEmpty();
 
 // Flags for every worker of a test cluster: one forward-pass thread and a

@@ -5,7 +5,8 @@
 // token, greedy or seeded.
 //
 // Tests that need the real default model (KV-aware routing's latency, the
-// official clients) use PDSERVE_DEFAULT_MODEL and skip without it; the rest
+// official clients) use the default model (model::FindDefaultModel) and skip,
+// saying so, without it; the rest
 // run on a tiny generated model.
 #include <sys/wait.h>
 
@@ -32,6 +33,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "model/default_model.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "tests/cluster_testing.h"
@@ -206,7 +208,7 @@ TEST_F(ServingTest, DisaggregatedOutputsMatchTheOfflineEngine) {
 
 TEST_F(ServingTest, DefaultModelThroughTheClusterMatchesTheOfflineEngine) {
   const std::string model = testing::DefaultModelPathOrEmpty();
-  if (model.empty()) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL is not set";
+  if (model.empty()) GTEST_SKIP() << model::kNoDefaultModel;
   OfflineEngine offline(model);
   Start("default-model", model, {1, 1, 0}, {}, {"--kv_cache_mb=64"});
   std::vector<v1::GenerateRequest> requests =
@@ -306,7 +308,7 @@ TEST_F(ServingTest, ConditionalDisaggregationPrefillsShortPromptsLocally) {
 // repeats to prefill-1 rather than prefill-0.
 TEST_F(ServingTest, KvAwareRoutingSendsASharedPrefixToTheWorkerHoldingIt) {
   const std::string model = testing::DefaultModelPathOrEmpty();
-  if (model.empty()) GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL is not set";
+  if (model.empty()) GTEST_SKIP() << model::kNoDefaultModel;
   Start("kv-aware", model, {2, 1, 0}, {"--routing_policy=kv_aware"},
         {"--kv_cache_mb=64"});
   constexpr int32_t kVocab = 49152;

@@ -44,6 +44,10 @@ struct TransferFault {
   // prompts, and a reservation that ends while it waits there (seen under
   // ASan) fails that retry too and sends the third try back to prefill-0.
   int reservation_ms = 20000;
+  // The transport's completion notices are dropped: the decode worker waits
+  // its 1 s for each transfer's notice before it checks the bytes, so every
+  // transfer from prefill-0 takes at least that long.
+  bool notices_dropped = false;
 };
 
 class TransferFaultTest : public FaultTest,
@@ -83,6 +87,23 @@ TEST_P(TransferFaultTest, RequestsAreRetriedAndNeverAnsweredFromBadKv) {
   } else if (fault.refused == false) {
     EXPECT_EQ(refused, 0u);
   }
+  if (fault.notices_dropped) {
+    // Proof that the fault fired: each request answered from prefill-0's
+    // KV waited, after its first token was sampled, for the decode worker's
+    // 1 s wait for the missing notice (a healthy transfer's tail, the last
+    // layer's writes and the check, takes milliseconds); any other request
+    // that met prefill-0 was retried.
+    int from_faulty = 0;
+    for (const Outcome& o : got) {
+      if (!o.status.ok() || o.timing.prefill_worker_id() != "prefill-0") {
+        continue;
+      }
+      ++from_faulty;
+      EXPECT_GE(o.timing.kv_transfer_tail_ms(), 1000)
+          << "a transfer from prefill-0 did not wait for its notice";
+    }
+    EXPECT_GT(from_faulty + retried, 0) << "no request went to prefill-0";
+  }
   row.recovery = absl::Milliseconds(worst_ttft_ms);
   row.recovery_what = absl::StrCat("longest TTFT (retries included); ", retried,
                                    " requests retried; ", refused,
@@ -106,7 +127,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::nullopt, true, /*reservation_ms=*/5000},
         TransferFault{"lost_notice", "drop_notices",
                       "transport completion notice lost (gRPC notice kept)",
-                      std::nullopt, std::nullopt}),
+                      std::nullopt, std::nullopt, /*reservation_ms=*/20000,
+                      /*notices_dropped=*/true}),
     [](const ::testing::TestParamInfo<TransferFault>& info) {
       return info.param.name;
     });

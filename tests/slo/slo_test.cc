@@ -54,6 +54,7 @@
 #include "loadgen/runner.h"
 #include "loadgen/target.h"
 #include "loadgen/workload.h"
+#include "model/default_model.h"
 #include "tests/cluster_testing.h"
 
 namespace pdserve {
@@ -62,16 +63,24 @@ namespace {
 using loadgen::BenchRequest;
 using loadgen::LoadSummary;
 
-// Sanitizer builds slow the router, the workers' gRPC code and the load
-// generator far more than the model's kernels (built -O2 either way), so
-// per-token overhead weighs more there: their factors are twice as large.
+// Under the sanitizers (ASan + UBSan slow the router, gRPC and the load
+// generator far more than the model's kernels, built -O2 either way) the
+// TTFT, TPOT and after-load factors cannot tell the runner lock regression
+// from noise: with it, two sanitizer runs had p99 TTFT 4.4x and 2.5x the
+// lone TTFT and p99 TPOT 1.35x and 1.14x the 3-stream TPOT; two healthy
+// ones 2.8-3.2x and 1.14-1.2x. Those are measured and printed there but held
+// only without sanitizers. The stall check still tells them apart (longest gap
+// 47x and 66x the 3-stream TPOT with the regression, 1.8-2.5x healthy), so it
+// is held everywhere, at twice the factor under the sanitizers.
 #ifdef __SANITIZE_ADDRESS__
+constexpr bool kHoldLatencies = false;
 constexpr double kSanitizerSlack = 2.0;
 #else
+constexpr bool kHoldLatencies = true;
 constexpr double kSanitizerSlack = 1.0;
 #endif
-constexpr double kTtftFactor = 6.0 * kSanitizerSlack;
-constexpr double kTpotFactor = 2.0 * kSanitizerSlack;
+constexpr double kTtftFactor = 6.0;
+constexpr double kTpotFactor = 2.0;
 // The longest gap between two tokens of any stream, against the batched
 // TPOT: healthy runs on AMD Zen 4 showed 26-41 ms (2.1-3.4x); with the
 // runner lock unfair again 455-734 ms (35-65x), while their p99 TTFT, at
@@ -143,8 +152,10 @@ struct SloRun {
   double rate = 0;
   LoadSummary loaded;
   std::vector<loadgen::RequestRecord> records;
-  // Each broken SLO, with the figures.
+  // Each broken SLO, with the figures: failures and stalls, and the TTFT,
+  // TPOT and after-load factors (held only where kHoldLatencies).
   std::vector<std::string> violations;
+  std::vector<std::string> latency_violations;
 };
 
 loadgen::WorkloadOptions Workload(int n, uint64_t seed) {
@@ -162,8 +173,7 @@ class SloTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (testing::DefaultModelPathOrEmpty().empty()) {
-      GTEST_SKIP() << "PDSERVE_DEFAULT_MODEL is not set (scripts/test.sh "
-                      "sets it)";
+      GTEST_SKIP() << model::kNoDefaultModel;
     }
   }
 
@@ -270,7 +280,7 @@ class SloTest : public ::testing::Test {
     // by up to 1.5x either way in hand runs (the machine's noise).
     if (run.after.ttft_ms > kAfterLoadFactor * run.before.ttft_ms ||
         run.after.tpot_ms > kAfterLoadFactor * run.before.tpot_ms) {
-      run.violations.push_back(absl::StrFormat(
+      run.latency_violations.push_back(absl::StrFormat(
           "slower after the load than before it: TTFT %.1f ms after, %.1f "
           "before; TPOT %.2f ms after, %.2f before",
           run.after.ttft_ms, run.before.ttft_ms, run.after.tpot_ms,
@@ -281,12 +291,12 @@ class SloTest : public ::testing::Test {
           absl::StrCat(run.loaded.failed, " requests failed"));
     }
     if (run.loaded.ttft_ms.p99 > ttft_limit) {
-      run.violations.push_back(absl::StrFormat(
+      run.latency_violations.push_back(absl::StrFormat(
           "p99 TTFT %.1f ms > %.1f x %.1f ms alone", run.loaded.ttft_ms.p99,
           kTtftFactor, run.alone.ttft_ms));
     }
     if (run.loaded.tpot_ms.p99 > tpot_limit) {
-      run.violations.push_back(absl::StrFormat(
+      run.latency_violations.push_back(absl::StrFormat(
           "p99 TPOT %.2f ms > %.1f x %.2f ms at %d streams",
           run.loaded.tpot_ms.p99, kTpotFactor, run.batched_tpot_ms, kBatch));
     }
@@ -304,7 +314,7 @@ class SloTest : public ::testing::Test {
         "%.2f ms %.2f/s, after %.2f ms %.2f/s)|rate %.2f/s (%s-bound), %d "
         "requests, decoding %.2f streams on average, %d at most|p99 TTFT "
         "%.1f ms (limit %.0f) p99 TPOT %.2f ms (limit %.2f) max ITL %.1f ms "
-        "(limit %.0f)|%s\n",
+        "(limit %.0f)|%s%s\n",
         run.alone.ttft_ms, run.alone.tpot_ms, run.before.ttft_ms,
         run.before.tpot_ms, run.after.ttft_ms, run.after.tpot_ms, kBatch,
         run.batched_tpot_ms, decode_capacity, run.batched_before.tpot_ms,
@@ -314,7 +324,9 @@ class SloTest : public ::testing::Test {
         run.loaded.sent, decoding.mean, decoding.peak, run.loaded.ttft_ms.p99,
         ttft_limit, run.loaded.tpot_ms.p99, tpot_limit, run.loaded.itl_ms.max,
         kStallFactor * run.batched_tpot_ms,
-        run.violations.empty() ? "met" : "VIOLATED");
+        run.violations.empty() && run.latency_violations.empty() ? "met"
+                                                                 : "VIOLATED",
+        kHoldLatencies ? "" : " (latencies not held under sanitizers)");
     absl::PrintF("%s", loadgen::FormatSummary(run.loaded));
     return run;
   }
@@ -328,6 +340,14 @@ TEST_F(SloTest, SteadyLoadMeetsTheLatencySlos) {
   const SloRun run = RunSteadyLoad();
   EXPECT_TRUE(run.violations.empty())
       << "SLOs broken: " << absl::StrJoin(run.violations, "; ");
+  if (kHoldLatencies) {
+    EXPECT_TRUE(run.latency_violations.empty())
+        << "latency SLOs broken: "
+        << absl::StrJoin(run.latency_violations, "; ");
+  } else if (!run.latency_violations.empty()) {
+    absl::PrintF("SLO-NOT-HELD|under sanitizers: %s\n",
+                 absl::StrJoin(run.latency_violations, "; "));
+  }
   EXPECT_EQ(run.loaded.completed, run.loaded.sent);
   // The router's breakdown says where each TTFT went: queues (router and
   // prefill worker), prefill compute, the KV transfer after it. Together
