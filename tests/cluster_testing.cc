@@ -23,37 +23,41 @@ std::string MakeWorkDir(const std::string& name) {
   return dir;
 }
 
+namespace {
+
+// A random llama model of these sizes under the test's temporary folder
+// (Q4_1 matrices, the tiny tokenizer); its path.
+std::string WriteRandomModel(const std::string& file, int32_t layers,
+                             int32_t hidden, int32_t ffn, int32_t heads,
+                             int32_t kv_heads, int32_t context) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", file);
+  model::TinyModelOptions options;
+  options.num_layers = layers;
+  options.hidden_size = hidden;
+  options.ffn_size = ffn;
+  options.num_heads = heads;
+  options.num_kv_heads = kv_heads;
+  options.context_length = context;
+  const absl::Status written = model::WriteTinyModel(options, path);
+  EXPECT_TRUE(written.ok()) << written;
+  return path;
+}
+
+}  // namespace
+
 std::string SlowTinyModelPath() {
-  static const std::string path = [] {
-    const std::string p =
-        absl::StrCat(::testing::TempDir(), "/fault-model.gguf");
-    model::TinyModelOptions options;
-    options.num_layers = 6;
-    options.hidden_size = 512;
-    options.ffn_size = 1024;
-    options.num_heads = 8;
-    options.num_kv_heads = 4;
-    options.context_length = 1024;
-    EXPECT_TRUE(model::WriteTinyModel(options, p).ok());
-    return p;
-  }();
+  static const std::string path =
+      WriteRandomModel("fault-model.gguf", /*layers=*/6, /*hidden=*/512,
+                       /*ffn=*/1024, /*heads=*/8, /*kv_heads=*/4,
+                       /*context=*/1024);
   return path;
 }
 
 std::string HeavyTinyModelPath() {
-  static const std::string path = [] {
-    const std::string p =
-        absl::StrCat(::testing::TempDir(), "/heavy-model.gguf");
-    model::TinyModelOptions options;
-    options.num_layers = 8;
-    options.hidden_size = 1024;
-    options.ffn_size = 2816;
-    options.num_heads = 16;
-    options.num_kv_heads = 4;
-    options.context_length = 4096;
-    EXPECT_TRUE(model::WriteTinyModel(options, p).ok());
-    return p;
-  }();
+  static const std::string path =
+      WriteRandomModel("heavy-model.gguf", /*layers=*/8, /*hidden=*/1024,
+                       /*ffn=*/2816, /*heads=*/16, /*kv_heads=*/4,
+                       /*context=*/4096);
   return path;
 }
 
