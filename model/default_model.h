@@ -18,6 +18,12 @@ namespace pdserve::model {
 
 inline constexpr char kDefaultModelFile[] = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
+// Where setup.sh puts the default model under the home folder `home`.
+inline std::string CachedDefaultModel(const char* home) {
+  return std::string(home != nullptr ? home : "") + "/.cache/pdserve/models/" +
+         kDefaultModelFile;
+}
+
 // $PDSERVE_DEFAULT_MODEL when set, else
 // $HOME/.cache/pdserve/models/SmolLM2-135M-Instruct.Q4_1.gguf.
 inline std::string DefaultModelPath() {
@@ -25,9 +31,7 @@ inline std::string DefaultModelPath() {
       env != nullptr && *env != '\0') {
     return env;
   }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "") + "/.cache/pdserve/models/" +
-         kDefaultModelFile;
+  return CachedDefaultModel(std::getenv("HOME"));
 }
 
 // The default model for a test: $PDSERVE_DEFAULT_MODEL when set (readable
@@ -40,11 +44,10 @@ inline std::string FindDefaultModel() {
       env != nullptr && *env != '\0') {
     return env;
   }
-  std::string path = DefaultModelPath();
+  std::string path = CachedDefaultModel(std::getenv("HOME"));
   if (::access(path.c_str(), R_OK) == 0) return path;
   if (const passwd* account = ::getpwuid(::getuid()); account != nullptr) {
-    path = std::string(account->pw_dir) + "/.cache/pdserve/models/" +
-           kDefaultModelFile;
+    path = CachedDefaultModel(account->pw_dir);
     if (::access(path.c_str(), R_OK) == 0) return path;
   }
   return "";
