@@ -41,6 +41,7 @@ grpc::ServerUnaryReactor* MembershipService::Register(
     registration.transports.push_back(static_cast<v1::TransportKind>(t));
   }
   registration.version = request->version();
+  registration.metrics_address = request->metrics_address();
   absl::StatusOr<Lease> lease = registry_->Register(registration, absl::Now());
   if (!lease.ok()) return Finish(context, lease.status());
   PD_LOG(INFO) << "worker " << registration.worker_id << " ("
@@ -103,6 +104,7 @@ grpc::ServerUnaryReactor* AdminService::ListWorkers(
     info->set_inflight_requests(record.inflight_requests);
     info->set_registered_unix_ms(absl::ToUnixMillis(record.registered_at));
     info->set_version(record.registration.version);
+    info->set_metrics_address(record.registration.metrics_address);
   }
   return Finish(context, absl::OkStatus());
 }

@@ -43,6 +43,8 @@ struct WorkerRegistration {
   v1::ModelInfo model;
   std::vector<v1::TransportKind> transports;
   std::string version;
+  // Where the worker serves GET /metrics ("host:port"); may be empty.
+  std::string metrics_address;
 };
 
 // The registry's record of one live worker.
