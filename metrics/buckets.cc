@@ -89,4 +89,12 @@ absl::StatusOr<std::vector<double>> ParseBuckets(absl::string_view text) {
   return out;
 }
 
+std::vector<double> DefaultItlBuckets() {
+  return ExponentialBuckets(0.0005, 2, 14).value();
+}
+
+std::vector<double> DefaultTtftBuckets() {
+  return ExponentialBucketsRange(0.001, 600, 30).value();
+}
+
 }  // namespace pdserve::metrics

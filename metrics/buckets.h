@@ -44,6 +44,13 @@ absl::StatusOr<std::vector<double>> LinearBuckets(double start, double width,
 // with CheckBuckets.
 absl::StatusOr<std::vector<double>> ParseBuckets(absl::string_view text);
 
+// The default layouts of pdserve's latency histograms. Per token
+// (inter-token latency, time per output token, an engine step, a KV
+// transfer): 0.5 ms .. 4.096 s, doubling (14 bounds). Per request (time to
+// first token, end-to-end, queueing, prefill): 1 ms .. 10 min (30 bounds).
+std::vector<double> DefaultItlBuckets();
+std::vector<double> DefaultTtftBuckets();
+
 }  // namespace pdserve::metrics
 
 #endif  // PDSERVE_METRICS_BUCKETS_H_

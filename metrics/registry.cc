@@ -11,11 +11,11 @@
 namespace pdserve::metrics {
 namespace {
 
-// A family of one unlabelled series whose value is read at scrape time.
+// A family whose series and values are read at scrape time.
 class CallbackFamily final : public internal::Collectable {
  public:
   CallbackFamily(MetricOptions options, MetricType type,
-                 std::function<double()> read)
+                 std::function<std::vector<Sample>()> read)
       : options_(std::move(options)), type_(type), read_(std::move(read)) {}
 
   FamilySnapshot Collect() const override {
@@ -23,14 +23,23 @@ class CallbackFamily final : public internal::Collectable {
     out.name = options_.name;
     out.help = options_.help;
     out.type = type_;
-    out.series.emplace_back().value = read_();
+    out.label_names = options_.label_names;
+    for (Sample& sample : read_()) {
+      // A callback that returns the wrong number of label values would
+      // render a malformed line: drop the sample instead.
+      if (sample.label_values.size() != options_.label_names.size()) continue;
+      if (static_cast<int>(out.series.size()) >= options_.max_series) break;
+      SeriesSnapshot& s = out.series.emplace_back();
+      s.label_values = std::move(sample.label_values);
+      s.value = sample.value;
+    }
     return out;
   }
 
  private:
   const MetricOptions options_;
   const MetricType type_;
-  const std::function<double()> read_;
+  const std::function<std::vector<Sample>()> read_;
 };
 
 void FillSeries(const Counter& c, SeriesSnapshot* s) { s->value = c.Value(); }
@@ -173,11 +182,7 @@ absl::StatusOr<HistogramFamily*> Registry::AddHistogram(
 
 absl::Status Registry::AddCallback(const MetricOptions& options,
                                    MetricType type,
-                                   std::function<double()> read) {
-  if (!options.label_names.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(options.name, ": callback metrics have no labels"));
-  }
+                                   std::function<std::vector<Sample>()> read) {
   absl::MutexLock lock(&mu_);
   PD_RETURN_IF_ERROR(Reserve(options, type));
   families_.push_back(
@@ -185,13 +190,41 @@ absl::Status Registry::AddCallback(const MetricOptions& options,
   return absl::OkStatus();
 }
 
+namespace {
+
+// An unlabelled callback as a family of one series.
+absl::StatusOr<std::function<std::vector<Sample>()>> OneSeries(
+    const MetricOptions& options, std::function<double()> read) {
+  if (!options.label_names.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.name, ": a callback returning one value has no labels"));
+  }
+  return [read = std::move(read)] {
+    return std::vector<Sample>{Sample{{}, read()}};
+  };
+}
+
+}  // namespace
+
 absl::Status Registry::AddCounterCallback(const MetricOptions& options,
                                           std::function<double()> read) {
-  return AddCallback(options, MetricType::kCounter, std::move(read));
+  PD_ASSIGN_OR_RETURN(auto samples, OneSeries(options, std::move(read)));
+  return AddCallback(options, MetricType::kCounter, std::move(samples));
 }
 
 absl::Status Registry::AddGaugeCallback(const MetricOptions& options,
                                         std::function<double()> read) {
+  PD_ASSIGN_OR_RETURN(auto samples, OneSeries(options, std::move(read)));
+  return AddCallback(options, MetricType::kGauge, std::move(samples));
+}
+
+absl::Status Registry::AddCounterCallback(
+    const MetricOptions& options, std::function<std::vector<Sample>()> read) {
+  return AddCallback(options, MetricType::kCounter, std::move(read));
+}
+
+absl::Status Registry::AddGaugeCallback(
+    const MetricOptions& options, std::function<std::vector<Sample>()> read) {
   return AddCallback(options, MetricType::kGauge, std::move(read));
 }
 

@@ -14,8 +14,8 @@
 // anything is recorded.
 //
 // Values only known when asked (CPU time, open files, a pool's size) are
-// registered as callbacks, which run at scrape time under the registry's
-// lock and must not call back into the registry.
+// registered as callbacks, labelled or not, which run at scrape time under
+// the registry's lock and must not call back into the registry.
 //
 // Ownership: the registry owns its families, which own their series; every
 // returned pointer stays valid for the registry's lifetime.
@@ -54,6 +54,12 @@ struct MetricOptions {
   // WithLabels refuses further series (RESOURCE_EXHAUSTED), so a label fed
   // from unbounded input fails loudly instead of growing every scrape.
   int max_series = 256;
+};
+
+// One series of a callback family, read at scrape time.
+struct Sample {
+  std::vector<std::string> label_values;
+  double value = 0;
 };
 
 namespace internal {
@@ -120,6 +126,15 @@ class Registry {
                                   std::function<double()> read);
   absl::Status AddGaugeCallback(const MetricOptions& options,
                                 std::function<double()> read);
+  // Labelled families whose series `read` returns at each scrape (each
+  // sample's label values in options.label_names' order; at most
+  // max_series samples are exported). For values another component already
+  // keeps (a worker's KV blocks by state, the pools' sizes by state), so
+  // nothing has to copy them on the serving path.
+  absl::Status AddCounterCallback(const MetricOptions& options,
+                                  std::function<std::vector<Sample>()> read);
+  absl::Status AddGaugeCallback(const MetricOptions& options,
+                                std::function<std::vector<Sample>()> read);
 
   // An info metric: a gauge named *_info with value 1, whose labels carry
   // facts (version, revision) that queries join on.
@@ -135,7 +150,7 @@ class Registry {
   absl::Status Reserve(const MetricOptions& options, MetricType type)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AddCallback(const MetricOptions& options, MetricType type,
-                           std::function<double()> read);
+                           std::function<std::vector<Sample>()> read);
   template <typename T>
   absl::StatusOr<Family<T>*> Add(const MetricOptions& options, MetricType type,
                                  std::function<std::unique_ptr<T>()> make);

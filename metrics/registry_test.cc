@@ -127,6 +127,30 @@ TEST(RegistryTest, CallbacksAndInfoAreReadAtCollect) {
   EXPECT_EQ(snapshot[1].series[0].value, 1);
 }
 
+TEST(RegistryTest, LabelledCallbacksExportWhatTheyReturnAtCollect) {
+  Registry registry;
+  MetricOptions options = Options("pdserve_blocks", {"state"});
+  options.max_series = 2;
+  std::vector<Sample> samples = {{{"used"}, 3}, {{"free"}, 5}};
+  ASSERT_TRUE(
+      registry.AddGaugeCallback(options, [&samples] { return samples; }).ok());
+  samples[0].value = 4;
+  std::vector<FamilySnapshot> snapshot = registry.Collect();
+  ASSERT_THAT(snapshot, SizeIs(1));
+  EXPECT_THAT(snapshot[0].label_names, ElementsAre("state"));
+  ASSERT_THAT(snapshot[0].series, SizeIs(2));
+  EXPECT_THAT(snapshot[0].series[0].label_values, ElementsAre("used"));
+  EXPECT_EQ(snapshot[0].series[0].value, 4);
+  EXPECT_EQ(snapshot[0].series[1].value, 5);
+  // A sample with the wrong number of label values is dropped, and no more
+  // than max_series are exported.
+  samples = {{{"used", "extra"}, 1}, {{"a"}, 1}, {{"b"}, 2}, {{"c"}, 3}};
+  snapshot = registry.Collect();
+  ASSERT_THAT(snapshot[0].series, SizeIs(2));
+  EXPECT_THAT(snapshot[0].series[0].label_values, ElementsAre("a"));
+  EXPECT_THAT(snapshot[0].series[1].label_values, ElementsAre("b"));
+}
+
 TEST(RegistryTest, SeriesCreatedWhileCollectingFromOtherThreads) {
   Registry registry;
   HistogramFamily* family = *registry.AddHistogram(
