@@ -264,6 +264,12 @@ absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
   PD_ASSIGN_OR_RETURN(std::vector<int> bound,
                       AwaitPortFile(port_file, local, give_up));
   local.address = absl::StrCat("127.0.0.1:", bound[0]);
+  // Workers write their metrics port second, the router its HTTP port
+  // third (its control port is second).
+  const size_t metrics_port = name == "router" ? 2 : 1;
+  if (bound.size() > metrics_port && bound[metrics_port] > 0) {
+    local.metrics_address = absl::StrCat("127.0.0.1:", bound[metrics_port]);
+  }
   if (ports != nullptr) *ports = std::move(bound);
   PD_RETURN_IF_ERROR(
       rpc::WaitUntilServing(local.address, give_up - absl::Now()));

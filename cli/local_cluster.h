@@ -59,6 +59,8 @@ struct LocalClusterOptions {
 struct LocalProcess {
   std::string name;     // "router", "prefill-0", "decode-0", ...
   std::string address;  // host:port it serves gRPC on.
+  // host:port of its GET /metrics (the router's HTTP port); empty if none.
+  std::string metrics_address;
   std::string log_path;
   std::unique_ptr<Subprocess> process;
   // How it was started (for Restart).

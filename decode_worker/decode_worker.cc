@@ -12,6 +12,24 @@
 #include "worker/proto_conversion.h"
 
 namespace pdserve::decode_worker {
+namespace {
+
+const char* FinishName(engine::RequestFinish finish) {
+  switch (finish) {
+    case engine::RequestFinish::kStop:
+      return "stop";
+    case engine::RequestFinish::kLength:
+      return "length";
+    case engine::RequestFinish::kCancelled:
+      return "cancelled";
+    case engine::RequestFinish::kError:
+      return "error";
+    default:
+      return "running";
+  }
+}
+
+}  // namespace
 
 // Admissions reserve their blocks in the engine's own KV cache.
 class DecodeWorker::EngineReserver : public KvReserver {
@@ -35,7 +53,11 @@ class DecodeWorker::EngineReserver : public KvReserver {
 
 DecodeWorker::DecodeWorker(const model::Model& model,
                            const DecodeWorkerOptions& options)
-    : model_(model), options_(options) {}
+    : model_(model),
+      options_(options),
+      metrics_(options.metrics != nullptr
+                   ? options.metrics
+                   : worker::WorkerMetrics::Unregistered()) {}
 
 absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
     const model::Model& model, const DecodeWorkerOptions& options) {
@@ -117,10 +139,20 @@ void DecodeWorker::EngineLoop() {
   while (!stop_.HasBeenNotified()) {
     if (!engine_->WaitForWork(absl::Milliseconds(50))) continue;
     const engine::EngineStats before = engine_->stats();
+    const absl::Time step_start = absl::Now();
     if (absl::Status s = engine_->Step(); !s.ok()) {
       PD_LOG(ERROR) << "engine step failed: " << s;
     }
     const engine::EngineStats after = engine_->stats();
+    if (after.last_step_sequences > 0) {
+      metrics_->step_duration->Observe(
+          absl::ToDoubleSeconds(absl::Now() - step_start));
+      metrics_->batch_sequences->Observe(after.last_step_sequences);
+    }
+    metrics_->prompt_tokens_computed->Inc(after.prompt_tokens_computed -
+                                          before.prompt_tokens_computed);
+    running_after_step_ = after.running;
+    waiting_after_step_ = after.waiting;
     if (after.prompt_tokens_computed == before.prompt_tokens_computed &&
         after.decode_tokens == before.decode_tokens) {
       // Work is queued but nothing could run (its blocks are held by
@@ -137,6 +169,9 @@ void DecodeWorker::SweepLoop() {
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
     const absl::Time now = absl::Now();
     std::vector<std::string> expired = admissions->Expire(now);
+    metrics_->admissions_expired->Inc(expired.size());
+    metrics_->transfer_failures(worker::TransferFailure::kDeadline)
+        ->Inc(expired.size());
     std::vector<int64_t> unused;
     {
       absl::MutexLock lock(&mu_);
@@ -201,11 +236,18 @@ absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
   transfer.attempt = request.attempt();
   transfer.tokens = std::move(tokens);
   transfer.num_prompt_tokens = request.num_prompt_tokens();
-  transfer.expires = absl::Now() + absl::Milliseconds(target.expires_in_ms());
+  transfer.admitted = absl::Now();
+  transfer.expires =
+      transfer.admitted + absl::Milliseconds(target.expires_in_ms());
   {
     absl::MutexLock lock(&mu_);
     transfers_[target.transfer_id()] = std::move(transfer);
   }
+  PD_LOG(DEBUG) << "request " << request.request_id() << " attempt "
+                << request.attempt() << ": admitted, transfer "
+                << target.transfer_id() << " into "
+                << target.block_ids_size() << " blocks for tokens from "
+                << target.first_token_position() << " on";
   v1::AdmitResponse response;
   *response.mutable_target() = std::move(target);
   return response;
@@ -239,6 +281,7 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
     PD_LOG(WARNING) << "transfer " << notice.transfer_id() << " of request "
                     << notice.request_id() << " refused: " << verified;
     ++refused_transfers_;
+    metrics_->transfer_failures(worker::TransferFailureOf(verified))->Inc();
     admissions
         ->Release(notice.transfer_id(), /*writes_quiesced=*/true, absl::Now())
         .IgnoreError();
@@ -257,6 +300,9 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
     } else {
       it->second.verified = true;
       it->second.reservation = reservation;
+      metrics_->transfer_bytes->Inc(notice.bytes_written());
+      metrics_->transfer_duration->Observe(
+          absl::ToDoubleSeconds(absl::Now() - it->second.admitted));
     }
   }
   if (released) {
@@ -266,6 +312,9 @@ absl::StatusOr<v1::CompleteTransferResponse> DecodeWorker::CompleteTransfer(
     return absl::NotFoundError(
         absl::StrCat("transfer ", notice.transfer_id(), " was released"));
   }
+  PD_LOG(DEBUG) << "request " << notice.request_id() << ": transfer "
+                << notice.transfer_id() << " verified ("
+                << notice.bytes_written() << " bytes)";
   v1::CompleteTransferResponse response;
   response.set_verify_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
   return response;
@@ -341,6 +390,11 @@ absl::Status DecodeWorker::StartDecode(const v1::StartDecodeRequest& request,
     if (reservation.has_value()) engine_->ReleaseTransfer(*reservation);
     return id.status();
   }
+  PD_LOG(DEBUG) << "request " << request.request_id() << " attempt "
+                << request.attempt() << ": decoding"
+                << (decode->local_prefill ? " after a local prefill of "
+                                          : " after a transferred prompt of ")
+                << decode->num_prompt_tokens << " tokens";
   absl::MutexLock lock(&mu_);
   if (!decode->finished) decodes_[*id] = decode;
   return absl::OkStatus();
@@ -351,12 +405,24 @@ void DecodeWorker::OnOutput(const std::shared_ptr<Decode>& decode,
   const absl::Time now = absl::Now();
   Decode& d = *decode;
   if (!out.token_ids.empty()) {
-    if (d.outputs == 0) d.first_output = now;
+    if (d.outputs == 0) {
+      d.first_output = now;
+      metrics_->time_to_first_token->Observe(
+          absl::ToDoubleSeconds(now - d.started));
+    } else {
+      metrics_->inter_token_latency->Observe(
+          absl::ToDoubleSeconds(now - d.last_output));
+    }
     d.last_output = now;
     ++d.outputs;
+    metrics_->generated_tokens->Inc(out.token_ids.size());
   }
   const bool last = out.finish != engine::RequestFinish::kNone;
   if (last) {
+    PD_LOG(DEBUG) << "request " << d.request_id << " attempt " << d.attempt
+                  << ": decode ended ("
+                  << FinishName(out.finish) << ") after "
+                  << d.outputs << " outputs";
     absl::MutexLock lock(&mu_);
     d.finished = true;
     decodes_.erase(out.id);
@@ -534,6 +600,41 @@ v1::WorkerLoad DecodeWorker::Load() {
 
 std::vector<v1::PrefixCacheEvent> DecodeWorker::TakeEvents() {
   return worker::ToProto(engine_->runner().blocks().TakeEvents());
+}
+
+worker::WorkerGauges DecodeWorker::MetricsGauges() {
+  worker::WorkerGauges gauges;
+  gauges.requests = [this] {
+    KvAdmissions* const admissions = this->admissions();
+    // Waiting: queued in the engine (local prefills, preempted sequences)
+    // or for their KV (admitted, transfer not yet claimed).
+    return worker::WorkerGauges::Requests{
+        .running = static_cast<double>(running_after_step_.load()),
+        .waiting = static_cast<double>(
+            waiting_after_step_.load() +
+            (admissions != nullptr ? admissions->stats().admissions : 0))};
+  };
+  gauges.kv_blocks = [this] {
+    const engine::KvBlockManagerStats kv = blocks().stats();
+    KvAdmissions* const admissions = this->admissions();
+    const KvAdmissionStats admitted =
+        admissions != nullptr ? admissions->stats() : KvAdmissionStats();
+    return worker::WorkerGauges::KvBlocks{
+        .capacity = static_cast<double>(kv.total_blocks),
+        .used = static_cast<double>(kv.used_blocks),
+        .free = static_cast<double>(kv.free_blocks),
+        .reserved = static_cast<double>(admitted.reserved_blocks +
+                                        admitted.quarantined_blocks),
+        .quarantined = static_cast<double>(admitted.quarantined_blocks)};
+  };
+  gauges.prefix_cache = [this] {
+    const engine::KvBlockManagerStats kv = blocks().stats();
+    return worker::WorkerGauges::PrefixCache{
+        .query_tokens = static_cast<double>(kv.prefix_cache_query_tokens),
+        .hit_tokens = static_cast<double>(kv.prefix_cache_hit_tokens)};
+  };
+  gauges.draining = [this] { return draining_.load(); };
+  return gauges;
 }
 
 uint32_t DecodeWorker::inflight() {

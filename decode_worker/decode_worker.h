@@ -48,6 +48,7 @@
 #include "model/model.h"
 #include "proto/membership.pb.h"
 #include "proto/worker.pb.h"
+#include "worker/worker_metrics.h"
 
 namespace pdserve::decode_worker {
 
@@ -64,6 +65,9 @@ struct DecodeWorkerOptions {
   // Blocks possibly still being written wait this long after the
   // admission's life before reuse (see KvAdmissions).
   absl::Duration quarantine = absl::Seconds(10);
+  // Where the worker records its metrics; null records to series nobody
+  // exports (WorkerMetrics::Unregistered). Not owned.
+  worker::WorkerMetrics* metrics = nullptr;
 };
 
 // Where a decode's output goes. on_chunk is called for every chunk, in
@@ -108,6 +112,8 @@ class DecodeWorker {
   std::vector<v1::PrefixCacheEvent> TakeEvents();
   // Admissions not yet ended plus decodes running.
   uint32_t inflight();
+  // What the worker's metrics read at scrape time.
+  worker::WorkerGauges MetricsGauges();
 
   // For tests and metrics: the engine's block accounting.
   const engine::KvBlockManager& blocks() const;
@@ -125,6 +131,7 @@ class DecodeWorker {
     // The admission's deadline: verified KV nobody started decoding by
     // then is freed (the router that asked for it is gone).
     absl::Time expires;
+    absl::Time admitted;
   };
   // A StartDecode in progress; shared by the engine callback and the map
   // Cancel looks in (the callback may fire before the map entry exists).
@@ -163,6 +170,11 @@ class DecodeWorker {
   std::atomic<bool> draining_{false};
   // Transfers whose completion notice failed verification.
   std::atomic<uint64_t> refused_transfers_{0};
+  worker::WorkerMetrics* const metrics_;
+  // The engine's queues after its last step, for scrapes (the engine's own
+  // counts are the engine thread's).
+  std::atomic<int32_t> running_after_step_{0};
+  std::atomic<int32_t> waiting_after_step_{0};
   absl::Notification stop_;
   std::thread engine_thread_;
   std::thread sweep_thread_;

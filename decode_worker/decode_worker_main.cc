@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<worker::RoleState>> Build(
   options.quarantine =
       absl::Milliseconds(absl::GetFlag(FLAGS_kv_quarantine_ms));
   options.transport = basics.transport;
+  options.metrics = basics.metrics;
   auto role = std::make_unique<DecodeProcess>();
   PD_ASSIGN_OR_RETURN(role->worker,
                       DecodeWorker::Create(*basics.model, options));

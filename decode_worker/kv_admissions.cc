@@ -149,12 +149,17 @@ void KvAdmissions::QuarantineLocked(const std::string& transfer_id,
 
 std::vector<std::string> KvAdmissions::Expire(absl::Time now) {
   std::vector<std::string> expired;
+  // "transfer T of request R", for the log.
+  std::vector<std::string> described;
   std::vector<int64_t> to_free;
   {
     absl::MutexLock lock(&mutex_);
     for (auto it = admissions_.begin(); it != admissions_.end();) {
       if (it->second.expires <= now) {
         expired.push_back(it->first);
+        described.push_back(absl::StrCat("transfer ", it->first,
+                                         " of request ",
+                                         it->second.target.request_id()));
         ++expired_;
         QuarantineLocked(it->first, it->second, now);
         admissions_.erase(it++);
@@ -173,8 +178,8 @@ std::vector<std::string> KvAdmissions::Expire(absl::Time now) {
     quarantine_ = std::move(still);
   }
   for (int64_t handle : to_free) reserver_->Free(handle);
-  for (const std::string& id : expired) {
-    PD_LOG(WARNING) << "admission " << id
+  for (const std::string& what : described) {
+    PD_LOG(WARNING) << "admission of " << what
                     << " expired before its transfer completed";
   }
   return expired;

@@ -258,6 +258,7 @@ absl::Status LlmEngine::Step() {
   auto no_waiters = [this] { return runner_waiters_.load() == 0; };
   absl::MutexLock runner_lock(&runner_mu_, absl::Condition(&no_waiters));
   DrainInbox();
+  stats_.last_step_sequences = 0;
   if (running_.empty() && waiting_.empty()) return absl::OkStatus();
   ++stats_.steps;
 
@@ -321,6 +322,7 @@ absl::Status LlmEngine::Step() {
     return absl::OkStatus();
   }
 
+  stats_.last_step_sequences = static_cast<int32_t>(items.size());
   std::vector<float>& logits = step_logits_;
   absl::Status s = runner_->Run(items, &logits);
   if (!s.ok()) {

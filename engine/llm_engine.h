@@ -129,6 +129,8 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t prompt_tokens_computed = 0;
   int64_t decode_tokens = 0;
+  // Sequences computed in the last step (0 when it ran nothing).
+  int32_t last_step_sequences = 0;
 };
 
 class LlmEngine {

@@ -60,7 +60,12 @@ struct PrefillWorker::Job {
 PrefillWorker::PrefillWorker(const model::Model& model,
                              const PrefillWorkerOptions& options,
                              TransferCompleter* completer)
-    : model_(model), options_(options), completer_(completer) {}
+    : model_(model),
+      options_(options),
+      completer_(completer),
+      metrics_(options.metrics != nullptr
+                   ? options.metrics
+                   : worker::WorkerMetrics::Unregistered()) {}
 
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
     const model::Model& model, const PrefillWorkerOptions& options,
@@ -217,6 +222,10 @@ absl::Status PrefillWorker::Enqueue(const v1::PrefillRequest& request,
   auto at = std::find_if(queue_.begin(), queue_.end(), [&](const auto& q) {
     return q->request.priority() < request.priority();
   });
+  PD_LOG(DEBUG) << "request " << request.request_id() << " attempt "
+                << request.attempt() << ": queued for prefill, "
+                << job->tokens.size() << " tokens, " << queue_.size()
+                << " ahead";
   queue_.insert(at, std::move(job));
   wake_.SignalAll();
   return absl::OkStatus();
@@ -435,6 +444,7 @@ void PrefillWorker::SchedulerLoop() {
           static_cast<int32_t>(job.tokens.size()) - job.cached;
       items.push_back(budget.Take(job.seq, budget.Fit(remaining), remaining));
     }
+    running_ = static_cast<int32_t>(active_.size());
     if (items.empty()) {
       absl::MutexLock lock(&mu_);
       if (queue_.empty() && to_release_.empty() && cancels_.empty() && !stop_) {
@@ -463,7 +473,11 @@ void PrefillWorker::SchedulerLoop() {
         job->write_error = job->writer->WriteLayer(layer);
       }
     };
+    const absl::Time pass_start = absl::Now();
     absl::Status ran = runner_->Run(items, &logits_, on_layer);
+    metrics_->step_duration->Observe(
+        absl::ToDoubleSeconds(absl::Now() - pass_start));
+    metrics_->batch_sequences->Observe(items.size());
     if (!ran.ok()) {
       for (auto& job : active_) {
         bool in_pass = false;
@@ -473,6 +487,9 @@ void PrefillWorker::SchedulerLoop() {
       active_.erase(std::remove(active_.begin(), active_.end(), nullptr),
                     active_.end());
       continue;
+    }
+    for (const auto& item : items) {
+      metrics_->prompt_tokens_computed->Inc(item.num_tokens);
     }
     const int32_t vocab = runner_->vocab_size();
     for (size_t row = 0; row < completing.size(); ++row) {
@@ -496,6 +513,14 @@ void PrefillWorker::SchedulerLoop() {
         FailJob(std::move(owned), step.status());
         continue;
       }
+      metrics_->generated_tokens->Inc();
+      metrics_->time_to_first_token->Observe(
+          absl::ToDoubleSeconds(job->sampled - job->received));
+      PD_LOG(DEBUG) << "request " << job->request.request_id() << " attempt "
+                    << job->request.attempt() << ": prefilled "
+                    << job->tokens.size() - job->cached << " tokens ("
+                    << job->cached << " cached), first token "
+                    << step->token;
       v1::PrefillResponse& r = job->response;
       r.set_request_id(job->request.request_id());
       r.set_prefill_worker_id(options_.worker_id);
@@ -569,6 +594,11 @@ void PrefillWorker::Finish(std::unique_ptr<Job> job) {
       peers_->Invalidate(job->request.target().region().region_id());
     }
     const absl::Time done = absl::Now();
+    if (status.ok()) {
+      metrics_->transfer_bytes->Inc(job->response.kv_bytes_sent());
+      metrics_->transfer_duration->Observe(
+          absl::ToDoubleSeconds(done - job->first_post));
+    }
     job->response.mutable_timing()->set_transfer_ms(
         absl::ToDoubleMilliseconds(done - job->first_post));
     job->response.mutable_timing()->set_transfer_tail_ms(
@@ -579,6 +609,11 @@ void PrefillWorker::Finish(std::unique_ptr<Job> job) {
           absl::StrCat("request ", job->request.request_id(),
                        ": KV transfer failed: ", status.message()));
     }
+  }
+  if (!status.ok() && job->writer != nullptr &&
+      job->first_post != absl::Time()) {
+    // Writes were posted: the transfer itself failed (or was cut short).
+    metrics_->transfer_failures(worker::TransferFailureOf(status))->Inc();
   }
   if (!status.ok() && job->request.has_target()) GiveBackTarget(*job, status);
   job->writer.reset();
@@ -591,8 +626,15 @@ void PrefillWorker::Finish(std::unique_ptr<Job> job) {
     wake_.SignalAll();
   }
   if (status.ok()) {
+    PD_LOG(DEBUG) << "request " << job->request.request_id() << " attempt "
+                  << job->request.attempt() << ": KV transfer "
+                  << job->request.target().transfer_id() << " complete, "
+                  << job->response.kv_bytes_sent() << " bytes";
     job->done(std::move(job->response));
   } else {
+    PD_LOG(DEBUG) << "request " << job->request.request_id() << " attempt "
+                  << job->request.attempt() << ": prefill failed: "
+                  << status;
     job->done(status);
   }
 }
@@ -654,6 +696,31 @@ v1::WorkerLoad PrefillWorker::Load() {
 
 std::vector<v1::PrefixCacheEvent> PrefillWorker::TakeEvents() {
   return worker::ToProto(runner_->blocks().TakeEvents());
+}
+
+worker::WorkerGauges PrefillWorker::MetricsGauges() {
+  worker::WorkerGauges gauges;
+  gauges.requests = [this] {
+    absl::MutexLock lock(&mu_);
+    return worker::WorkerGauges::Requests{
+        .running = static_cast<double>(running_.load()),
+        .waiting = static_cast<double>(queue_.size())};
+  };
+  gauges.kv_blocks = [this] {
+    const engine::KvBlockManagerStats kv = runner_->blocks().stats();
+    return worker::WorkerGauges::KvBlocks{
+        .capacity = static_cast<double>(kv.total_blocks),
+        .used = static_cast<double>(kv.used_blocks),
+        .free = static_cast<double>(kv.free_blocks)};
+  };
+  gauges.prefix_cache = [this] {
+    const engine::KvBlockManagerStats kv = runner_->blocks().stats();
+    return worker::WorkerGauges::PrefixCache{
+        .query_tokens = static_cast<double>(kv.prefix_cache_query_tokens),
+        .hit_tokens = static_cast<double>(kv.prefix_cache_hit_tokens)};
+  };
+  gauges.draining = [this] { return draining_.load(); };
+  return gauges;
 }
 
 uint32_t PrefillWorker::inflight() {

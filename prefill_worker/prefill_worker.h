@@ -44,6 +44,7 @@
 #include "prefill_worker/peer_region_cache.h"
 #include "proto/membership.pb.h"
 #include "proto/worker.pb.h"
+#include "worker/worker_metrics.h"
 
 namespace pdserve::prefill_worker {
 
@@ -72,6 +73,9 @@ struct PrefillWorkerOptions {
   int32_t finisher_threads = 4;
   // Imported decode-pool regions kept.
   size_t peer_region_capacity = 64;
+  // Where the worker records its metrics; null records to series nobody
+  // exports (WorkerMetrics::Unregistered). Not owned.
+  worker::WorkerMetrics* metrics = nullptr;
 };
 
 // The answer to one Prefill: the response, or why it failed. Called once,
@@ -108,6 +112,8 @@ class PrefillWorker {
   std::vector<v1::PrefixCacheEvent> TakeEvents();
   uint32_t inflight();
   const engine::KvBlockManager& blocks() const;
+  // What the worker's metrics read at scrape time.
+  worker::WorkerGauges MetricsGauges();
 
  private:
   struct Job;
@@ -144,6 +150,9 @@ class PrefillWorker {
   std::vector<uint32_t> eos_ids_;
 
   std::atomic<bool> draining_{false};
+  worker::WorkerMetrics* const metrics_;
+  // Prompts in the batch (active_), for scrapes.
+  std::atomic<int32_t> running_{0};
   std::vector<std::thread> threads_;
 
   absl::Mutex mu_;

@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<worker::RoleState>> Build(
   options.runner = basics.engine.runner;
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   options.transport = basics.transport;
+  options.metrics = basics.metrics;
   auto role = std::make_unique<PrefillProcess>();
   PD_ASSIGN_OR_RETURN(
       role->worker,

@@ -6,7 +6,11 @@
 #include "absl/flags/usage.h"
 #include "common/log.h"
 #include "common/termination_signal.h"
+#include "metrics/metrics_flags.h"
+#include "metrics/process_metrics.h"
+#include "metrics/registry.h"
 #include "model/model_flags.h"
+#include "proto/enum_names.h"
 #include "worker/engine_flags.h"
 #include "worker/kv_transport_flags.h"
 
@@ -39,8 +43,36 @@ int RunWorker(int argc, char** argv, const WorkerMain& main) {
   }
   basics.model = model->get();
 
+  // Outlives the role, whose serving core records to it.
+  metrics::Registry registry;
+  if (absl::Status added = metrics::AddProcessMetrics(&registry);
+      !added.ok()) {
+    PD_LOG(ERROR) << added;
+    return 2;
+  }
+  WorkerMetricsOptions metrics_options;
+  metrics_options.model = model::ServedModelName(model_path);
+  metrics_options.role = ShortRoleName(basics.role);
+  metrics_options.worker_id = basics.worker_id;
+  absl::StatusOr<std::vector<double>> itl = metrics::ItlBucketsFromFlags();
+  absl::StatusOr<std::vector<double>> ttft = metrics::TtftBucketsFromFlags();
+  if (!itl.ok() || !ttft.ok()) {
+    PD_LOG(ERROR) << (itl.ok() ? ttft.status() : itl.status());
+    return 2;
+  }
+  metrics_options.itl_buckets = *std::move(itl);
+  metrics_options.ttft_buckets = *std::move(ttft);
+  absl::StatusOr<std::unique_ptr<WorkerMetrics>> worker_metrics =
+      WorkerMetrics::Create(&registry, metrics_options);
+  if (!worker_metrics.ok()) {
+    PD_LOG(ERROR) << worker_metrics.status();
+    return 2;
+  }
+  basics.metrics = worker_metrics->get();
+
   WorkerProcessOptions process;
   process.role = basics.role;
+  process.metrics = &registry;
   // Declared after the model: destroyed before it.
   absl::StatusOr<std::unique_ptr<RoleState>> role =
       main.build(basics, &process);
@@ -49,6 +81,11 @@ int RunWorker(int argc, char** argv, const WorkerMain& main) {
     return 2;
   }
   process.model.set_id(model::ServedModelName(model_path));
+  if (absl::Status added = basics.metrics->AddGauges(process.gauges);
+      !added.ok()) {
+    PD_LOG(ERROR) << added;
+    return 2;
+  }
   const v1::WorkerLoad load = process.load ? process.load() : v1::WorkerLoad();
   PD_LOG(INFO) << "model " << (*model)->name() << ", KV cache "
                << load.total_kv_blocks() << " blocks of "

@@ -3,6 +3,8 @@
 //
 //   block SIGTERM/SIGINT, parse the command line
 //   -> worker id (the log tag), engine options, KV transport, from flags
+//   -> the metrics registry: process metrics, the worker families
+//      (worker_metrics.h) with --itl_buckets / --ttft_buckets
 //   -> open --model
 //   -> the role builds its serving core and gRPC services (WorkerMain.build)
 //   -> the process shell serves, registers, drains and stops
@@ -22,6 +24,7 @@
 #include "kv_transfer/transport_factory.h"
 #include "model/model.h"
 #include "proto/common.pb.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_process.h"
 
 namespace pdserve::worker {
@@ -34,6 +37,8 @@ struct WorkerBasics {
   kv_transfer::KvTransportConfig transport;  // worker/kv_transport_flags.h
   // --model, open for the life of the process.
   const model::Model* model = nullptr;
+  // Where the serving core records (exported at --metrics_listen).
+  WorkerMetrics* metrics = nullptr;
 };
 
 // What a role keeps alive while its process serves: its serving core, its

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/termination_signal.h"
+#include "metrics/metrics_server.h"
 #include "proto/enum_names.h"
 #include "rpc/server.h"
 #include "worker/membership_client.h"
@@ -28,6 +29,10 @@ ABSL_FLAG(std::string, worker_id, "",
           "stable worker name (default: ROLE-HOST-PID)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here once serving");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
+          "host:port where GET /metrics serves Prometheus metrics over plain "
+          "HTTP (port 0 picks a free port; '' turns it off); registered with "
+          "the router for pdctl top");
 ABSL_FLAG(int32_t, drain_timeout_ms, 30000,
           "on SIGTERM, how long in-flight work may take before exiting");
 
@@ -65,6 +70,13 @@ class DrainState {
   absl::Time deadline_ ABSL_GUARDED_BY(mutex_) = absl::InfiniteFuture();
 };
 
+// `advertised`'s host with `port`: where peers reach another port of this
+// worker.
+std::string SameHost(const std::string& advertised, int port) {
+  const size_t colon = advertised.rfind(':');
+  return absl::StrCat(advertised.substr(0, colon), ":", port);
+}
+
 }  // namespace
 
 std::string WorkerIdFromFlags(v1::WorkerRole role) {
@@ -96,6 +108,24 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     }
   }
 
+  // Prometheus metrics, up before the worker registers so that whoever
+  // finds it through the router can scrape it at once.
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  std::string metrics_address;
+  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+      options.metrics != nullptr && !listen.empty()) {
+    metrics::MetricsServerOptions metrics_options;
+    metrics_options.listen_address = listen;
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
+        metrics::MetricsServer::Start(metrics_options, options.metrics);
+    if (!started.ok()) {
+      PD_LOG(ERROR) << "--metrics_listen: " << started.status();
+      return 1;
+    }
+    metrics_server = std::move(started).value();
+    metrics_address = SameHost(advertised, metrics_server->port());
+  }
+
   DrainState drain;
   auto begin_drain = [&](absl::Duration deadline) {
     drain.Begin(deadline);
@@ -117,6 +147,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     }
     registration.set_max_running_sequences(options.max_running_sequences);
     registration.set_max_batch_tokens(options.max_batch_tokens);
+    registration.set_metrics_address(metrics_address);
     membership_options.report_status = [&] {
       WorkerStatusReport report;
       report.state = drain.draining() ? v1::WORKER_STATE_DRAINING
@@ -143,11 +174,17 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
   (*server)->SetServing(true);
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file);
       !port_file.empty()) {
-    std::ofstream(port_file + ".tmp") << (*server)->port() << "\n";
+    // The gRPC port, then the metrics port when there is one.
+    std::ofstream out(port_file + ".tmp");
+    out << (*server)->port();
+    if (metrics_server != nullptr) out << " " << metrics_server->port();
+    out << "\n";
+    out.close();
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }
   PD_LOG(INFO) << ShortRoleName(options.role) << " worker " << worker_id
-               << " serving on " << (*server)->address();
+               << " serving on " << (*server)->address() << ", metrics on "
+               << (metrics_address.empty() ? "(off)" : metrics_address);
 
   // Wait for SIGTERM/SIGINT or a router drain command.
   while (!drain.draining()) {
@@ -169,6 +206,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
   }
   if (membership != nullptr) membership->Stop("drained");
   (*server)->Shutdown(absl::Seconds(1));
+  if (metrics_server != nullptr) metrics_server->Shutdown();
   PD_LOG(INFO) << "worker " << worker_id << " stopped";
   return 0;
 }

@@ -8,7 +8,9 @@
 //     -> deregister -> server shutdown -> exit 0
 //
 // Flags (all workers): --listen, --advertise_address, --router, --worker_id,
-// --port_file, --drain_timeout_ms. The role-specific services are passed in
+// --port_file, --drain_timeout_ms, --metrics_listen (Prometheus GET
+// /metrics over plain HTTP, on by default; its address is registered with
+// the router and written to the port file after the gRPC port). The role-specific services are passed in
 // by the role (run_worker.h builds the rest of a worker process around it).
 #ifndef PDSERVE_WORKER_WORKER_PROCESS_H_
 #define PDSERVE_WORKER_WORKER_PROCESS_H_
@@ -21,10 +23,15 @@
 #include "absl/status/statusor.h"
 #include "proto/common.pb.h"
 #include "proto/membership.pb.h"
+#include "worker/worker_metrics.h"
 
 namespace grpc {
 class Service;
 }  // namespace grpc
+
+namespace pdserve::metrics {
+class Registry;
+}  // namespace pdserve::metrics
 
 namespace pdserve::worker {
 
@@ -50,14 +57,19 @@ struct WorkerProcessOptions {
   // previous call (for the router's KV-aware routing).
   std::function<v1::WorkerLoad()> load;
   std::function<std::vector<v1::PrefixCacheEvent>()> take_events;
+  // Served at --metrics_listen for the life of the process, when set. Not
+  // owned.
+  const metrics::Registry* metrics = nullptr;
+  // What the worker's metrics read at scrape time (worker_metrics.h).
+  WorkerGauges gauges;
 };
 
 // The worker id: --worker_id, or ROLE-HOST-PID when unset.
 std::string WorkerIdFromFlags(v1::WorkerRole role);
 
 // Fills what the worker registers and reports from its serving core, which
-// provides model_info(), transports(), Load(), TakeEvents(), inflight() and
-// BeginDrain() (PrefillWorker, DecodeWorker). The model's id stays the
+// provides model_info(), transports(), Load(), TakeEvents(), inflight(),
+// BeginDrain() and MetricsGauges() (PrefillWorker, DecodeWorker). The model's id stays the
 // core's until the caller sets the served model name clients use.
 template <typename Worker>
 void ReportFrom(Worker* worker, WorkerProcessOptions* process) {
@@ -67,6 +79,7 @@ void ReportFrom(Worker* worker, WorkerProcessOptions* process) {
   process->inflight_requests = [worker] { return worker->inflight(); };
   process->load = [worker] { return worker->Load(); };
   process->take_events = [worker] { return worker->TakeEvents(); };
+  process->gauges = worker->MetricsGauges();
 }
 
 // Parses nothing itself: call absl::ParseCommandLine first. Returns the
