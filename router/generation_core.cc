@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -13,18 +11,12 @@
 #include "engine/block_hash.h"
 #include "engine/sampler.h"
 #include "engine/sampling_proto.h"
+#include "router/request_ids.h"
 
 namespace pdserve::router {
 namespace {
 
-constexpr size_t kMaxRequestIdBytes = 128;
 constexpr int32_t kMaxPriority = 100;
-
-std::string NewRequestId() {
-  thread_local absl::BitGen gen;
-  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
-                         absl::Uniform<uint64_t>(gen));
-}
 
 // A client's chat as the chat template takes it (Generate and Tokenize read
 // a chat the same way).
@@ -86,7 +78,12 @@ void GenerationCore::WorkersLost(const std::vector<std::string>& worker_ids) {
 GenerationCore::GenerationCore(const model::ModelText* model,
                                WorkerRegistry* registry, RoutingPolicy* policy,
                                const GenerationCoreOptions& options)
-    : model_(model), registry_(registry), policy_(policy), options_(options) {}
+    : model_(model),
+      registry_(registry),
+      policy_(policy),
+      options_(options),
+      metrics_(options.metrics != nullptr ? options.metrics
+                                          : RouterMetrics::Unregistered()) {}
 
 GenerationCore::~GenerationCore() = default;
 
@@ -128,9 +125,8 @@ absl::StatusOr<std::vector<int32_t>> GenerationCore::Encode(
 
 absl::Status GenerationCore::Validate(v1::GenerateRequest& request,
                                       const std::vector<int32_t>& tokens) {
-  if (request.request_id().size() > kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request_id is longer than ", kMaxRequestIdBytes, " bytes"));
+  if (!request.request_id().empty()) {
+    PD_RETURN_IF_ERROR(CheckRequestId(request.request_id()));
   }
   if (!request.model().empty() && request.model() != options_.model_id) {
     return absl::NotFoundError(absl::StrCat("model '", request.model(),
@@ -200,6 +196,7 @@ void GenerationCore::AddOutstanding(const std::string& worker_id,
 absl::Status GenerationCore::TakeInflightSlot(const std::string& id) {
   if (inflight_.fetch_add(1) >= options_.max_inflight) {
     inflight_.fetch_sub(1);
+    metrics_->RecordOverload(Overload::kMaxInflight);
     return absl::ResourceExhaustedError(
         absl::StrCat("the router has ", options_.max_inflight,
                      " requests in flight; retry later"));
@@ -210,10 +207,12 @@ absl::Status GenerationCore::TakeInflightSlot(const std::string& id) {
     return absl::AlreadyExistsError(
         absl::StrCat("a request with id '", id, "' is in flight"));
   }
+  metrics_->requests_in_flight->Inc();
   return absl::OkStatus();
 }
 
 void GenerationCore::ReleaseInflightSlot(const std::string& id) {
+  metrics_->requests_in_flight->Dec();
   absl::MutexLock lock(&mu_);
   active_ids_.erase(id);
   inflight_.fetch_sub(1);
@@ -236,7 +235,27 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
     ~Cleanup() { core->ReleaseInflightSlot(id); }
   } cleanup{this, id};
 
-  RequestStream state(request, sink, arrival, cancel);
+  PD_LOG(DEBUG) << "request " << id << ": received, " << tokens.size()
+                << " prompt tokens";
+  RequestStream state(request, sink, arrival, cancel, metrics_,
+                      tokens.size());
+  const absl::Status status = Serve(request, tokens, deadline, state, cancel);
+  PD_LOG(DEBUG) << "request " << id << ": ended ("
+                << (status.ok() ? "ok" : status.ToString()) << ") after "
+                << state.sent().size() << " tokens";
+  if (status.code() == absl::StatusCode::kCancelled) {
+    metrics_->cancellations->Inc();
+  } else if (status.code() == absl::StatusCode::kResourceExhausted) {
+    // Past the router's own limit: no decode worker had room.
+    metrics_->RecordOverload(Overload::kNoKvCapacity);
+  }
+  return status;
+}
+
+absl::Status GenerationCore::Serve(const v1::GenerateRequest& request,
+                                   const std::vector<int32_t>& tokens,
+                                   absl::Time deadline, RequestStream& state,
+                                   CancelToken* cancel) {
   // Workers that failed this request: tried again only when no other is
   // left, so a retry or migration lands elsewhere when it can.
   absl::flat_hash_set<std::string> failed;
@@ -253,11 +272,35 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
     const Route route = policy_->Choose(prefill, decode, tokens.size(),
                                         decode.front().block_size);
     if (attempt == 1) state.set_routed(absl::Now());
+    {
+      // The worker that computes the prompt, and what it has cached.
+      const WorkerView& computes = route.prefill.has_value()
+                                       ? prefill[*route.prefill]
+                                       : decode[route.decode_order.front()];
+      metrics_->RecordRoute(
+          route.prefill.has_value() ? RoutingPath::kDisaggregated
+                                    : RoutingPath::kLocalPrefill,
+          tokens.size(),
+          std::min<int64_t>(
+              tokens.size(),
+              int64_t{computes.cached_blocks} * computes.block_size));
+    }
     // Workers this try's failure points at.
     std::vector<std::string> culprits;
     const Attempt a{request, tokens,       attempt,  deadline,
                     state,   state.sent(), &culprits};
     absl::Status status;
+    PD_LOG(DEBUG) << "request " << request.request_id() << " attempt "
+                  << attempt << ": "
+                  << (route.prefill.has_value()
+                          ? absl::StrCat("prefill on ",
+                                         prefill[*route.prefill].worker_id,
+                                         ", decode on ",
+                                         decode[route.decode_order.front()]
+                                             .worker_id)
+                          : absl::StrCat("local prefill and decode on ",
+                                         decode[route.decode_order.front()]
+                                             .worker_id));
     if (!route.prefill.has_value()) {
       status = RunLocal(a, decode[route.decode_order.front()]);
     } else {
@@ -299,6 +342,9 @@ absl::Status GenerationCore::PrepareRetry(const Attempt& failed_try,
                                 : std::string("retrying the prefill"));
   if (migrating) {
     failed_try.state.count_migration();
+    metrics_->migrations->Inc();
+  } else {
+    metrics_->retries->Inc();
   }
   const absl::Duration backoff =
       std::min(options_.retry_backoff * (1 << std::min(retries - 1, 6)),

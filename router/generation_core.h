@@ -49,6 +49,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "router/client_api.h"
 #include "router/request_stream.h"
+#include "router/router_metrics.h"
 #include "router/routing_policy.h"
 #include "router/worker_calls.h"
 #include "router/worker_registry.h"
@@ -73,6 +74,9 @@ struct GenerationCoreOptions {
   int32_t max_migrations = 2;
   // Wait before a retry, doubled each time (at most 2 s).
   absl::Duration retry_backoff = absl::Milliseconds(50);
+  // Where requests are recorded; null records to series nobody exports
+  // (RouterMetrics::Unregistered). Not owned.
+  RouterMetrics* metrics = nullptr;
 };
 
 class GenerationCore : public ClientApi {
@@ -122,6 +126,11 @@ class GenerationCore : public ClientApi {
     v1::KvTransferTarget target;
   };
 
+  // The request's tries, until one succeeds or the request's own error,
+  // the client going away or too many failures end it.
+  absl::Status Serve(const v1::GenerateRequest& request,
+                     const std::vector<int32_t>& tokens, absl::Time deadline,
+                     RequestStream& state, CancelToken* cancel);
   // The prompt's token ids (chat: rendered with the chat template).
   absl::StatusOr<std::vector<int32_t>> Encode(const v1::GenerateRequest& r);
   absl::Status Validate(v1::GenerateRequest& request,
@@ -189,6 +198,7 @@ class GenerationCore : public ClientApi {
   WorkerRegistry* const registry_;
   RoutingPolicy* const policy_;
   const GenerationCoreOptions options_;
+  RouterMetrics* const metrics_;
   std::atomic<int32_t> inflight_{0};
 
   absl::Mutex mu_;

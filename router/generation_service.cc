@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "router/request_ids.h"
 #include "rpc/status_conversion.h"
 #include "rpc/stream_writer.h"
 #include "rpc/unary.h"
@@ -23,6 +24,18 @@ GenerationService::~GenerationService() {
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   auto [reactor, stream] = rpc::MakeServerStream<v1::GenerateResponse>(context);
+  v1::GenerateRequest owned = *request;
+  if (owned.request_id().empty()) {
+    const auto& metadata = context->client_metadata();
+    auto it = metadata.find(kRequestIdHeader);
+    owned.set_request_id(it != metadata.end()
+                             ? std::string(it->second.data(), it->second.size())
+                             : NewRequestId());
+  }
+  // Echoed only when fit for a header; otherwise the core refuses it.
+  if (CheckRequestId(owned.request_id()).ok()) {
+    context->AddInitialMetadata(kRequestIdHeader, owned.request_id());
+  }
   const absl::Time deadline =
       context->deadline() == std::chrono::system_clock::time_point::max()
           ? absl::Now() + default_timeout_
@@ -35,7 +48,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
   // stops it at once, not at the next chunk.
   auto cancel = std::make_shared<CancelToken>();
   stream->OnCancel([cancel] { cancel->Cancel(); });
-  std::thread([this, stream = stream, cancel, request = *request,
+  std::thread([this, stream = stream, cancel, request = std::move(owned),
                deadline]() mutable {
     const absl::Status status = api_->Generate(
         std::move(request), deadline,
@@ -43,6 +56,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
           return stream->Push(chunk);
         },
         cancel.get());
+    metrics_->RecordRequest(Endpoint::kGenerate, status);
     std::optional<std::pair<std::string, std::string>> trailer;
     if (status.code() == absl::StatusCode::kResourceExhausted) {
       trailer.emplace("retry-after-ms",

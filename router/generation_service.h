@@ -3,7 +3,9 @@
 // blocks for the request's life) and streams through rpc/stream_writer.h;
 // a client that cancels makes the sink report it, which cancels the request
 // on every worker. RESOURCE_EXHAUSTED carries the trailing metadata entry
-// "retry-after-ms".
+// "retry-after-ms". A request without a request_id takes the client's
+// x-request-id metadata entry, else a fresh id; the initial metadata
+// carries it back in x-request-id.
 //
 // Ownership: borrows the ClientApi. Thread-safety: as gRPC calls it. The
 // destructor waits for running requests' threads (call it after the server
@@ -16,16 +18,21 @@
 #include "absl/time/time.h"
 #include "proto/client.grpc.pb.h"
 #include "router/client_api.h"
+#include "router/router_metrics.h"
 
 namespace pdserve::router {
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:
+  // `metrics` (null: series nobody exports) records each Generate's end.
   GenerationService(ClientApi* api, absl::Duration default_timeout,
-                    absl::Duration retry_after)
+                    absl::Duration retry_after,
+                    RouterMetrics* metrics = nullptr)
       : api_(api),
         default_timeout_(default_timeout),
-        retry_after_(retry_after) {}
+        retry_after_(retry_after),
+        metrics_(metrics != nullptr ? metrics
+                                    : RouterMetrics::Unregistered()) {}
   ~GenerationService() override;
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
@@ -43,6 +50,7 @@ class GenerationService final : public v1::Generation::CallbackService {
   ClientApi* const api_;
   const absl::Duration default_timeout_;
   const absl::Duration retry_after_;
+  RouterMetrics* const metrics_;
   absl::Mutex mu_;
   int running_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -13,11 +13,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -27,8 +25,10 @@
 #include "common/status_macros.h"
 #include "httplib.h"
 #include "proto/client.pb.h"
+#include "metrics/text_format.h"
 #include "router/openai_request.h"
 #include "router/openai_response.h"
+#include "router/request_ids.h"
 
 namespace pdserve::router {
 namespace {
@@ -54,7 +54,7 @@ struct Route {
 constexpr Route kRoutes[] = {
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
     {"/v1/models", "GET"},       {"/health", "GET"},
-    {"/tokenize", "POST"},
+    {"/tokenize", "POST"},       {"/metrics", "GET"},
 };
 
 const char* ErrorTypeForHttpStatus(int status) {
@@ -121,7 +121,10 @@ bool WriteEvent(httplib::DataSink& sink, absl::string_view payload) {
 class HttpFrontend::Impl {
  public:
   Impl(const HttpFrontendOptions& options, ClientApi* api)
-      : options_(options), api_(api) {}
+      : options_(options),
+        api_(api),
+        metrics_(options.metrics != nullptr ? options.metrics
+                                            : RouterMetrics::Unregistered()) {}
 
   ~Impl() { Shutdown(); }
 
@@ -186,6 +189,14 @@ class HttpFrontend::Impl {
                  [this](const httplib::Request& req, httplib::Response& res) {
                    HandleTokenize(req, res);
                  });
+    if (options_.metrics_registry != nullptr) {
+      server_.Get("/metrics",
+                  [this](const httplib::Request&, httplib::Response& res) {
+                    res.set_content(
+                        metrics::RenderText(*options_.metrics_registry),
+                        metrics::kTextContentType);
+                  });
+    }
     server_.set_error_handler(httplib::Server::HandlerWithResponse(
         [this](const httplib::Request& req, httplib::Response& res) {
           return HandleHttpError(req, res);
@@ -258,12 +269,6 @@ class HttpFrontend::Impl {
                                   options_.max_body_bytes, " bytes"));
   }
 
-  // A fresh request id (128 random bits, hex).
-  std::string NewRequestId() {
-    absl::MutexLock lock(&id_mu_);
-    return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(bitgen_),
-                           absl::Uniform<uint64_t>(bitgen_));
-  }
 
   // The model name for responses: the request's, or the only served model
   // when the request left it empty.
@@ -278,22 +283,39 @@ class HttpFrontend::Impl {
 
   void HandleGenerate(OpenAiKind kind, const httplib::Request& req,
                       httplib::Response& res) {
+    const Endpoint endpoint = kind == OpenAiKind::kChat
+                                  ? Endpoint::kChatCompletions
+                                  : Endpoint::kCompletions;
     if (req.body.size() > options_.max_body_bytes) {
+      metrics_->RecordRequest(endpoint, absl::InvalidArgumentError("large"));
       SendJson(res, 413, BodyTooLarge());
       return;
     }
     absl::StatusOr<OpenAiRequest> parsed =
         kind == OpenAiKind::kChat ? ParseChatCompletionRequest(req.body)
                                   : ParseCompletionRequest(req.body);
+    if (parsed.ok() && parsed->generate.request_id().empty()) {
+      const std::string header = req.get_header_value(kRequestIdHeader);
+      parsed->generate.set_request_id(header.empty() ? NewRequestId()
+                                                     : header);
+    }
+    if (parsed.ok()) {
+      // Checked here (the core checks again) so that an id unfit for a
+      // header is never echoed in one.
+      if (absl::Status id = CheckRequestId(parsed->generate.request_id());
+          !id.ok()) {
+        parsed = id;
+      } else {
+        res.set_header(kRequestIdHeader, parsed->generate.request_id());
+      }
+    }
     if (!parsed.ok()) {
+      metrics_->RecordRequest(endpoint, parsed.status());
       SendError(res, parsed.status());
       return;
     }
     absl::Time deadline =
         absl::Now() + parsed->timeout.value_or(options_.default_timeout);
-    if (parsed->generate.request_id().empty()) {
-      parsed->generate.set_request_id(NewRequestId());
-    }
     OpenAiResponseOptions format;
     format.kind = kind;
     format.id = ResponseId(kind, parsed->generate.request_id());
@@ -302,14 +324,17 @@ class HttpFrontend::Impl {
     format.include_usage = parsed->include_usage;
     format.logprobs = parsed->logprobs;
     if (parsed->stream) {
-      ServeStream(std::move(*parsed), deadline, std::move(format), res);
+      ServeStream(endpoint, std::move(*parsed), deadline, std::move(format),
+                  res);
     } else {
-      ServeUnary(std::move(*parsed), deadline, std::move(format), res);
+      ServeUnary(endpoint, std::move(*parsed), deadline, std::move(format),
+                 res);
     }
   }
 
-  void ServeUnary(OpenAiRequest request, absl::Time deadline,
-                  OpenAiResponseOptions format, httplib::Response& res) {
+  void ServeUnary(Endpoint endpoint, OpenAiRequest request,
+                  absl::Time deadline, OpenAiResponseOptions format,
+                  httplib::Response& res) {
     OpenAiStreamFormatter formatter(std::move(format));
     absl::Status status =
         api_->Generate(std::move(request.generate), deadline,
@@ -318,6 +343,7 @@ class HttpFrontend::Impl {
                          formatter.Accumulate(chunk);
                          return true;
                        });
+    metrics_->RecordRequest(endpoint, status);
     if (!status.ok()) {
       SendError(res, status);
       return;
@@ -325,12 +351,13 @@ class HttpFrontend::Impl {
     SendJson(res, 200, formatter.Final());
   }
 
-  void ServeStream(OpenAiRequest request, absl::Time deadline,
-                   OpenAiResponseOptions format, httplib::Response& res) {
+  void ServeStream(Endpoint endpoint, OpenAiRequest request,
+                   absl::Time deadline, OpenAiResponseOptions format,
+                   httplib::Response& res) {
     auto stream = std::make_shared<StreamState>();
     auto formatter = std::make_shared<OpenAiStreamFormatter>(std::move(format));
     stream->generator =
-        std::thread([this, stream, formatter, deadline,
+        std::thread([this, stream, formatter, deadline, endpoint,
                      generate = std::move(request.generate)]() mutable {
           absl::Status status = api_->Generate(
               std::move(generate), deadline,
@@ -346,6 +373,7 @@ class HttpFrontend::Impl {
                 return true;
               },
               &stream->cancel);
+          metrics_->RecordRequest(endpoint, status);
           absl::MutexLock lock(&stream->mu);
           stream->done = true;
           stream->status = std::move(status);
@@ -454,14 +482,13 @@ class HttpFrontend::Impl {
 
   const HttpFrontendOptions options_;
   ClientApi* const api_;
+  RouterMetrics* const metrics_;
   HttpServer server_;
   // Declared after server_, so destroyed (and stopped) before it.
   std::unique_ptr<HttpServerThread> accept_loop_;
   // Set by Shutdown: every sink refuses its next chunk.
   std::atomic<bool> stopping_{false};
 
-  absl::Mutex id_mu_;
-  absl::BitGen bitgen_ ABSL_GUARDED_BY(id_mu_);
 };
 
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(

@@ -11,6 +11,11 @@
 //   GET  /v1/models   the ListModels result.
 //   GET  /health      200 {"status":"ok"} when CheckReady() is OK, else 503.
 //   POST /tokenize    vLLM-style tokenization.
+//   GET  /metrics     the router's Prometheus metrics (text format 0.0.4),
+//                     when a registry is given.
+// A completion request's id is its body's "request_id", else its
+// x-request-id header, else a fresh one (request_ids.h); every response
+// carries it back in x-request-id.
 //   Anything else: 404 (unknown path) or 405 (known path, wrong method), and
 //   413 for a body over max_body_bytes, all with OpenAI error bodies.
 //
@@ -42,7 +47,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "metrics/registry.h"
 #include "router/client_api.h"
+#include "router/router_metrics.h"
 
 namespace pdserve::router {
 
@@ -58,6 +65,11 @@ struct HttpFrontendOptions {
   int retry_after_s = 1;
   // Larger request bodies are refused with 413.
   size_t max_body_bytes = size_t{8} << 20;
+  // Where each completion request's end is recorded (by endpoint and
+  // status); null records to series nobody exports. Not owned.
+  RouterMetrics* metrics = nullptr;
+  // Served at GET /metrics (Prometheus text format) when set. Not owned.
+  const metrics::Registry* metrics_registry = nullptr;
 };
 
 class HttpFrontend {

@@ -8,13 +8,17 @@ namespace pdserve::router {
 namespace {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 }  // namespace
 
 RequestStream::RequestStream(const v1::GenerateRequest& request,
                              const ChunkSink& sink, absl::Time arrival,
-                             CancelToken* cancel)
+                             CancelToken* cancel, RouterMetrics* metrics,
+                             uint32_t prompt_tokens)
     : cancel_(cancel),
+      metrics_(metrics),
+      prompt_tokens_(prompt_tokens),
       id_(request.request_id()),
       include_usage_(request.stream_options().include_usage()),
       include_timing_(request.stream_options().include_timing()),
@@ -77,9 +81,16 @@ bool RequestStream::Send(v1::GenerateResponse out, const v1::Usage& usage,
   out.set_request_id(id_);
   const bool last = out.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
   if (out.token_ids_size() > 0) {
-    if (sent_.empty()) first_token_ = now;
+    if (sent_.empty()) {
+      first_token_ = now;
+      metrics_->time_to_first_token->Observe(Seconds(now - arrival_));
+      metrics_->prompt_tokens->Inc(prompt_tokens_);
+    } else {
+      metrics_->inter_token_latency->Observe(Seconds(now - last_token_));
+    }
     last_token_ = now;
     sent_.insert(sent_.end(), out.token_ids().begin(), out.token_ids().end());
+    metrics_->generation_tokens->Inc(out.token_ids_size());
   }
   if (!decode_worker.empty()) decode_worker_ = decode_worker;
   if (last && include_usage_) *out.mutable_usage() = usage;
@@ -104,8 +115,30 @@ bool RequestStream::Send(v1::GenerateResponse out, const v1::Usage& usage,
   }
   sent_any_ = true;
   finished_ |= last;
+  if (last) RecordFinished(out, now);
   if (!sink_(out)) client_gone_ = true;
   return !client_gone_;
+}
+
+void RequestStream::RecordFinished(const v1::GenerateResponse& last,
+                                   absl::Time now) {
+  metrics_->e2e_latency->Observe(Seconds(now - arrival_));
+  if (sent_.size() > 1) {
+    metrics_->time_per_output_token->Observe(
+        Seconds(last_token_ - first_token_) / (sent_.size() - 1));
+  }
+  metrics_->queue_time->Observe(Seconds(routed_ - arrival_) +
+                                prefill_queue_ms_ / 1000);
+  if (prefill_compute_ms_ > 0) {
+    metrics_->prefill_time->Observe(prefill_compute_ms_ / 1000);
+  }
+  if (!prefill_worker_.empty()) {
+    metrics_->kv_transfer_tail->Observe(kv_transfer_tail_ms_ / 1000);
+  }
+  if (last.finish_reason() == v1::FINISH_REASON_STOP ||
+      last.finish_reason() == v1::FINISH_REASON_LENGTH) {
+    metrics_->RecordSuccess(last.finish_reason());
+  }
 }
 
 }  // namespace pdserve::router

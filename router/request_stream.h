@@ -18,14 +18,19 @@
 #include "proto/client.pb.h"
 #include "proto/worker.pb.h"
 #include "router/client_api.h"
+#include "router/router_metrics.h"
 
 namespace pdserve::router {
 
 class RequestStream {
  public:
-  // Borrows `sink` and `cancel` (which may be null) for the object's life.
+  // Borrows `sink`, `cancel` (which may be null) and `metrics` for the
+  // object's life. What the client is sent is recorded in `metrics`: its
+  // latencies, its tokens (the prompt's `prompt_tokens` once the first
+  // token is sent), and how it finished.
   RequestStream(const v1::GenerateRequest& request, const ChunkSink& sink,
-                absl::Time arrival, CancelToken* cancel);
+                absl::Time arrival, CancelToken* cancel,
+                RouterMetrics* metrics, uint32_t prompt_tokens);
 
   const std::string& id() const { return id_; }
   // The client went away: a sink call said so, or the front end cancelled.
@@ -54,7 +59,12 @@ class RequestStream {
   bool Send(v1::GenerateResponse out, const v1::Usage& usage,
             const std::string& decode_worker);
 
+  // The request's figures once it finished (the last chunk is sent).
+  void RecordFinished(const v1::GenerateResponse& last, absl::Time now);
+
   CancelToken* const cancel_;
+  RouterMetrics* const metrics_;
+  const uint32_t prompt_tokens_;
   const std::string id_;
   const bool include_usage_;
   const bool include_timing_;

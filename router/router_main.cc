@@ -5,7 +5,8 @@
 //   --listen          client gRPC: pdserve.v1.Generation (+ health,
 //                     reflection);
 //   --http_listen     OpenAI-compatible HTTP: /v1/completions,
-//                     /v1/chat/completions (SSE), /v1/models, /health;
+//                     /v1/chat/completions (SSE), /v1/models, /health,
+//                     and the router's Prometheus metrics at /metrics;
 //   --control_listen  membership (workers register and heartbeat here) and
 //                     the admin API (pdctl), bound to loopback by default;
 //                     in a multi-host deployment bind it to the cluster
@@ -26,12 +27,16 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/termination_signal.h"
+#include "metrics/metrics_flags.h"
+#include "metrics/process_metrics.h"
+#include "metrics/registry.h"
 #include "model/model_flags.h"
 #include "model/model_text.h"
 #include "router/control_services.h"
 #include "router/generation_core.h"
 #include "router/generation_service.h"
 #include "router/http_frontend.h"
+#include "router/router_metrics.h"
 #include "router/routing_policy.h"
 #include "router/worker_registry.h"
 #include "rpc/server.h"
@@ -117,7 +122,46 @@ int Run() {
     PD_LOG(ERROR) << registry.status();
     return 2;
   }
+  // Prometheus metrics (docs/metrics.md), served on the HTTP port. Declared
+  // before everything that records to them.
+  metrics::Registry metrics_registry;
+  if (absl::Status added = metrics::AddProcessMetrics(&metrics_registry);
+      !added.ok()) {
+    PD_LOG(ERROR) << added;
+    return 2;
+  }
+  RouterMetricsOptions metrics_options;
+  metrics_options.model = model::ServedModelName(model_path);
+  {
+    absl::StatusOr<std::vector<double>> itl = metrics::ItlBucketsFromFlags();
+    absl::StatusOr<std::vector<double>> ttft =
+        metrics::TtftBucketsFromFlags();
+    if (!itl.ok() || !ttft.ok()) {
+      PD_LOG(ERROR) << (itl.ok() ? ttft.status() : itl.status());
+      return 2;
+    }
+    metrics_options.itl_buckets = *std::move(itl);
+    metrics_options.ttft_buckets = *std::move(ttft);
+  }
+  absl::StatusOr<std::unique_ptr<RouterMetrics>> router_metrics =
+      RouterMetrics::Create(&metrics_registry, metrics_options);
+  if (!router_metrics.ok()) {
+    PD_LOG(ERROR) << router_metrics.status();
+    return 2;
+  }
+  if (absl::Status added = (*router_metrics)
+                               ->AddWorkerPools([&registry](
+                                                    v1::WorkerRole role,
+                                                    v1::WorkerState state) {
+                                 return (*registry)->Count(role, state);
+                               });
+      !added.ok()) {
+    PD_LOG(ERROR) << added;
+    return 2;
+  }
+
   GenerationCoreOptions core_options;
+  core_options.metrics = router_metrics->get();
   core_options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   core_options.max_prefill_retries = absl::GetFlag(FLAGS_max_prefill_retries);
   core_options.max_migrations = absl::GetFlag(FLAGS_max_migrations);
@@ -141,7 +185,8 @@ int Run() {
   }
 
   auto generation = std::make_unique<GenerationService>(
-      &core, request_timeout, core_options.retry_after);
+      &core, request_timeout, core_options.retry_after,
+      router_metrics->get());
   rpc::GrpcServerOptions client_options;
   client_options.listen_address = absl::GetFlag(FLAGS_listen);
   client_options.services = {generation.get()};
@@ -158,6 +203,8 @@ int Run() {
     HttpFrontendOptions http_options;
     http_options.listen_address = listen;
     http_options.default_timeout = request_timeout;
+    http_options.metrics = router_metrics->get();
+    http_options.metrics_registry = &metrics_registry;
     http_options.retry_after_s = static_cast<int>(absl::ToInt64Seconds(
         core_options.retry_after + absl::Seconds(1) - absl::Nanoseconds(1)));
     absl::StatusOr<std::unique_ptr<HttpFrontend>> started =

@@ -192,4 +192,13 @@ std::vector<WorkerRecord> WorkerRegistry::List(absl::Time now,
   return result;
 }
 
+int WorkerRegistry::Count(v1::WorkerRole role, v1::WorkerState state) {
+  absl::MutexLock lock(&mutex_);
+  int n = 0;
+  for (const auto& [id, record] : workers_) {
+    n += record.registration.role == role && record.state == state;
+  }
+  return n;
+}
+
 }  // namespace pdserve::router

@@ -127,6 +127,10 @@ class WorkerRegistry {
   std::vector<WorkerRecord> List(absl::Time now, v1::WorkerRole role,
                                  bool exact_role = false);
 
+  // Live workers of exactly `role` in `state` (as of the last expiry; for
+  // metrics, which must not change the registry).
+  int Count(v1::WorkerRole role, v1::WorkerState state);
+
   // How many leading entries of `chain_keys` (a prompt's block chain keys,
   // engine/block_hash.h) the worker reported holding in its prefix
   // cache; 0 for an unknown worker. The KV-aware routing score.
