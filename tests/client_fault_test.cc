@@ -279,6 +279,15 @@ TEST_F(FaultTest, FiftyHttpClientsDisconnectingFreeEverything) {
       ")");
   Report(row);
 
+  // Every disconnect is one cancellation, counted once, and the request's
+  // end is recorded as cancelled.
+  EXPECT_EQ(AwaitMetric("router", "pdserve_request_cancellations_total", {},
+                        cut_by_client),
+            cut_by_client);
+  EXPECT_EQ(Metric("router", "pdserve_requests_total",
+                   {{"endpoint", "completions"}, {"status", "cancelled"}}),
+            cut_by_client);
+
   // The router forgot them all: a new request is served.
   httplib::Client client(cluster_->http_url());
   client.set_read_timeout(60);

@@ -5,7 +5,9 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "metrics/scrape_client.h"
 #include "model/default_model.h"
 #include "model/tiny_model.h"
 
@@ -78,6 +80,34 @@ std::string DefaultModelPathOrEmpty() { return model::FindDefaultModel(); }
 
 std::vector<std::string> SmallWorkerArgs() {
   return {"--threads=1", "--kv_cache_mb=16"};
+}
+
+absl::StatusOr<double> ScrapeSum(const std::string& address,
+                                 const std::string& family,
+                                 const metrics::Labels& labels) {
+  absl::StatusOr<metrics::ParsedMetrics> scraped =
+      metrics::ScrapeMetrics(address, absl::Seconds(5));
+  if (!scraped.ok()) return scraped.status();
+  const metrics::ParsedFamily* found = scraped->Find(family);
+  double sum = 0;
+  bool matched = false;
+  for (const metrics::ParsedSample& sample :
+       found != nullptr ? found->samples
+                        : std::vector<metrics::ParsedSample>()) {
+    bool all = true;
+    for (const auto& [name, value] : labels) {
+      auto it = sample.labels.find(name);
+      all &= it != sample.labels.end() && it->second == value;
+    }
+    if (!all) continue;
+    sum += sample.value;
+    matched = true;
+  }
+  if (!matched) {
+    return absl::NotFoundError(
+        absl::StrCat("no sample of ", family, " at ", address));
+  }
+  return sum;
 }
 
 }  // namespace pdserve::testing

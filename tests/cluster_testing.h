@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "metrics/text_parse.h"
+
 namespace pdserve::testing {
 
 // Bazel's runfiles root of this workspace (the server binaries live under
@@ -39,6 +42,14 @@ std::string DefaultModelPathOrEmpty();
 // Flags for every worker of a test cluster: one forward-pass thread and a
 // small KV cache.
 std::vector<std::string> SmallWorkerArgs();
+
+// Scrapes GET /metrics at `address` and sums the samples of `family` (a
+// counter or gauge) whose labels include every pair in `labels`.
+// UNAVAILABLE when the process cannot be scraped, NOT_FOUND when no sample
+// matches.
+absl::StatusOr<double> ScrapeSum(const std::string& address,
+                                 const std::string& family,
+                                 const metrics::Labels& labels = {});
 
 }  // namespace pdserve::testing
 

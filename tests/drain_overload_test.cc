@@ -289,6 +289,17 @@ TEST_F(OverloadTest, OverloadIsRefusedCleanlyAndAdmittedRequestsFinish) {
       at_capacity.median_tpot_ms, " ms at capacity; router RSS ",
       rss_before / 1024, " -> ", overload.peak_rss_kib / 1024, " MiB peak");
   Report(row);
+  // Every refusal is one overload rejection for the router's counters,
+  // gRPC and HTTP alike, and none is blamed on the workers' KV.
+  EXPECT_EQ(Metric("router", "pdserve_overload_rejections_total",
+                   {{"reason", "max_inflight"}}),
+            overload.refused);
+  EXPECT_EQ(Metric("router", "pdserve_overload_rejections_total",
+                   {{"reason", "no_kv_capacity"}}),
+            0);
+  EXPECT_EQ(Metric("router", "pdserve_requests_total",
+                   {{"status", "resource_exhausted"}}),
+            overload.refused);
   // Still serving normally.
   EXPECT_TRUE(Generate(cluster_->router_address(), requests_[0]).status.ok());
 }

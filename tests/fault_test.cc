@@ -73,8 +73,10 @@ TEST_F(WorkerFaultTest, KilledDecodeWorkerMidStreamLosesNoToken) {
   const std::vector<Outcome>& got = load.got;
   const absl::Time fault = load.fault_at;
   int migrated = 0;
+  int migrations = 0;
   for (const Outcome& o : got) {
     migrated += o.timing.migrations() > 0;
+    migrations += o.timing.migrations();
     if (o.timing.migrations() > 0) {
       // The stream ended on the surviving worker (or, when the re-prefill's
       // token ended it, on no decode worker at all).
@@ -83,6 +85,9 @@ TEST_F(WorkerFaultTest, KilledDecodeWorkerMidStreamLosesNoToken) {
     }
   }
   EXPECT_GT(migrated, 0) << "no stream was on decode-0 when it died";
+  // The router counts each migration once, as the streams' timing does.
+  EXPECT_EQ(Metric("router", "pdserve_request_migrations_total"), migrations);
+  EXPECT_EQ(Metric("router", "pdserve_request_retries_total"), 0);
   FaultRow row = Score("kill -9 decode worker mid-stream (greedy + seeded)",
                        requests, got, offline);
   row.recovery = RecoveredSince(fault);
@@ -106,8 +111,15 @@ TEST_F(WorkerFaultTest, KilledPrefillWorkerIsRetriedElsewhere) {
   const std::vector<Outcome>& got = load.got;
   const absl::Time fault = load.fault_at;
   int retried = 0;
-  for (const Outcome& o : got) retried += o.timing.prefill_attempts() > 1;
+  int retries = 0;
+  for (const Outcome& o : got) {
+    retried += o.timing.prefill_attempts() > 1;
+    retries += std::max<int>(0, o.timing.prefill_attempts() - 1);
+  }
   EXPECT_GT(retried, 0) << "no prefill was on prefill-0 when it died";
+  // Each try after the first is one retry for the router's counter.
+  EXPECT_EQ(Metric("router", "pdserve_request_retries_total"), retries);
+  EXPECT_EQ(Metric("router", "pdserve_request_migrations_total"), 0);
   FaultRow row = Score("kill -9 prefill worker, 32 requests in flight",
                        requests, got, offline);
   // The decode worker gets the blocks reserved for the dead worker's
@@ -307,6 +319,13 @@ TEST_F(WorkerFaultTest, ClientCancelDuringPrefillStopsTheWork) {
       << "the workers kept prefilling after the cancel (prefill alone "
       << prefill << ")";
   const absl::Duration took = absl::Now() - cancelled;
+  // One cancellation, counted once, and the request ended as cancelled.
+  EXPECT_EQ(AwaitMetric("router", "pdserve_request_cancellations_total", {},
+                        1),
+            1);
+  EXPECT_EQ(Metric("router", "pdserve_requests_total",
+                   {{"endpoint", "generate"}, {"status", "cancelled"}}),
+            1);
   FaultRow row;
   row.fault = absl::StrFormat(
       "gRPC client cancel during prefill (%d-token prompt, %d ms in of ~%d ms)",

@@ -144,6 +144,31 @@ std::map<std::string, v1::WorkerInfo> FaultTest::Workers() {
   return workers;
 }
 
+double FaultTest::Metric(const std::string& process,
+                         const std::string& family,
+                         const metrics::Labels& labels) {
+  const cli::LocalProcess* p = cluster_->Find(process);
+  if (p == nullptr || p->metrics_address.empty()) {
+    ADD_FAILURE() << process << " has no metrics address";
+    return -1;
+  }
+  absl::StatusOr<double> value = ScrapeSum(p->metrics_address, family, labels);
+  EXPECT_TRUE(value.ok()) << process << ": " << value.status();
+  return value.value_or(-1);
+}
+
+double FaultTest::AwaitMetric(const std::string& process,
+                              const std::string& family,
+                              const metrics::Labels& labels, double at_least) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  double value = Metric(process, family, labels);
+  while (value >= 0 && value < at_least && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(50));
+    value = Metric(process, family, labels);
+  }
+  return value;
+}
+
 absl::Duration FaultTest::AwaitIdle(absl::Duration timeout) {
   // Every worker the cluster started, but those killed or stopped on
   // purpose, must be listed: an empty listing (a router that lost its

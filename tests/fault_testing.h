@@ -110,6 +110,16 @@ class FaultTest : public ::testing::Test {
   // The workers' current load, by worker id.
   std::map<std::string, v1::WorkerInfo> Workers();
 
+  // The sum of the samples of metric `family` with `labels` that process
+  // `process` ("router", "decode-0", ...) exports now; fails the test (and
+  // returns -1) when it cannot be read.
+  double Metric(const std::string& process, const std::string& family,
+                const metrics::Labels& labels = {});
+  // Metric, read again until it is at least `at_least` or 10 s passed: a
+  // process records a request's end just after its client saw that end.
+  double AwaitMetric(const std::string& process, const std::string& family,
+                     const metrics::Labels& labels, double at_least);
+
   std::unique_ptr<cli::LocalCluster> cluster_;
   // The model Start serves; empty: SlowTinyModelPath().
   std::string model_path_;

@@ -71,11 +71,21 @@ TEST_P(TransferFaultTest, RequestsAreRetriedAndNeverAnsweredFromBadKv) {
 
   FaultRow row = Score(fault.what, requests, got, offline);
   int retried = 0;
+  int failed_tries = 0;
   double worst_ttft_ms = 0;
   for (const Outcome& o : got) {
     retried += o.timing.prefill_attempts() > 1;
+    failed_tries += std::max<int>(0, o.timing.prefill_attempts() - 1);
     worst_ttft_ms = std::max(worst_ttft_ms, o.client_ttft_ms);
   }
+  // Every try that failed was retried, once, as the router counts, and was
+  // one failed transfer from prefill-0, whatever the reason (a failure
+  // there also drops the decode pool's region, so transfers to it still in
+  // flight fail as "other").
+  EXPECT_EQ(Metric("router", "pdserve_request_retries_total"), failed_tries);
+  EXPECT_EQ(Metric("prefill-0", "pdserve_kv_transfer_failures_total"),
+            failed_tries);
+  EXPECT_EQ(Metric("prefill-1", "pdserve_kv_transfer_failures_total"), 0);
   if (fault.retried == true) {
     EXPECT_GT(retried, 0) << "no request went to prefill-0";
   } else if (fault.retried == false) {
@@ -84,6 +94,15 @@ TEST_P(TransferFaultTest, RequestsAreRetriedAndNeverAnsweredFromBadKv) {
   const uint64_t refused = Workers()["decode-0"].load().failed_kv_transfers();
   if (fault.refused == true) {
     EXPECT_GT(refused, 0u) << "the decode worker refused no transfer";
+    // Each transfer the decode worker refused is one checksum failure on
+    // both sides.
+    const metrics::Labels checksum = {{"reason", "checksum"}};
+    EXPECT_EQ(Metric("decode-0", "pdserve_kv_transfer_failures_total",
+                     checksum),
+              refused);
+    EXPECT_EQ(Metric("prefill-0", "pdserve_kv_transfer_failures_total",
+                     checksum),
+              refused);
   } else if (fault.refused == false) {
     EXPECT_EQ(refused, 0u);
   }
