@@ -19,8 +19,7 @@ bool AlmostEqual(double a, double b, double epsilon) {
   if (a == 0 || b == 0 || abs_sum < kMinNormal) {
     return diff < epsilon * kMinNormal;
   }
-  return diff / std::min(abs_sum, std::numeric_limits<double>::max()) <
-         epsilon;
+  return diff / std::min(abs_sum, std::numeric_limits<double>::max()) < epsilon;
 }
 
 }  // namespace

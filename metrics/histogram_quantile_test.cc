@@ -30,7 +30,7 @@ TEST(HistogramQuantileTest, AgreesWithPrometheusOwnTestData) {
 
 TEST(HistogramQuantileTest, InterpolatesLinearlyInsideTheBucket) {
   const std::vector<ParsedBucket> b = {{1, 10}, {2, 20}, {kInf, 20}};
-  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, b), 1);    // rank 10: end of le=1
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, b), 1);     // rank 10: end of le=1
   EXPECT_DOUBLE_EQ(HistogramQuantile(0.75, b), 1.5);  // rank 15: mid le=2
   EXPECT_DOUBLE_EQ(HistogramQuantile(0.25, b), 0.5);  // from 0 to 1
   EXPECT_DOUBLE_EQ(HistogramQuantile(0, b), 0);
@@ -47,12 +47,12 @@ TEST(HistogramQuantileTest, TheInfBucketAnswersTheHighestFiniteBound) {
 TEST(HistogramQuantileTest, SortsMergesAndMakesCountsMonotonic) {
   // Out of order, and le=2 lower than le=1 (read at another moment):
   // raised to 5, so q=0.6 (rank 6) lies in le=4 from 2: 2 + 2 * 1/5.
-  EXPECT_DOUBLE_EQ(HistogramQuantile(0.6, {{kInf, 10}, {2, 4}, {1, 5}, {4, 10}}),
-                   2.4);
+  EXPECT_DOUBLE_EQ(
+      HistogramQuantile(0.6, {{kInf, 10}, {2, 4}, {1, 5}, {4, 10}}), 2.4);
   // Two series with the same bounds, as `sum by (le)` leaves them.
   EXPECT_DOUBLE_EQ(
-      HistogramQuantile(0.75, {{1, 4}, {2, 8}, {kInf, 8}, {1, 6}, {2, 12},
-                               {kInf, 12}}),
+      HistogramQuantile(
+          0.75, {{1, 4}, {2, 8}, {kInf, 8}, {1, 6}, {2, 12}, {kInf, 12}}),
       1.5);
 }
 

@@ -28,8 +28,7 @@ absl::StatusOr<Target> ParseAddress(absl::string_view address) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (host.empty() ||
-      !absl::SimpleAtoi(rest.substr(colon + 1), &target.port) ||
+  if (host.empty() || !absl::SimpleAtoi(rest.substr(colon + 1), &target.port) ||
       target.port <= 0 || target.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "metrics address '", address, "' is not host:port (or a URL)"));
@@ -62,8 +61,8 @@ absl::StatusOr<std::string> FetchMetricsText(absl::string_view address,
   client.set_write_timeout(us / 1000000, us % 1000000);
   httplib::Result res = client.Get("/metrics");
   if (!res) {
-    return absl::UnavailableError(absl::StrCat(
-        "GET ", url, ": ", httplib::to_string(res.error())));
+    return absl::UnavailableError(
+        absl::StrCat("GET ", url, ": ", httplib::to_string(res.error())));
   }
   if (res->status != 200) {
     return absl::UnavailableError(

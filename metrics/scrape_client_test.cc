@@ -77,9 +77,7 @@ TEST(ScrapeClientTest, ScrapesARealMetricsServer) {
         "0.0.0.0:" + std::to_string(server->port())}) {
     absl::StatusOr<ParsedMetrics> again = ScrapeMetrics(form, kTimeout);
     ASSERT_TRUE(again.ok()) << form << ": " << again.status();
-    EXPECT_EQ(again->Find("pdserve_worker_requests_running")
-                  ->samples[0]
-                  .value,
+    EXPECT_EQ(again->Find("pdserve_worker_requests_running")->samples[0].value,
               5);
   }
 }
@@ -128,8 +126,8 @@ TEST(ScrapeClientTest, AnErrorStatusOrABadBodyIsAnError) {
 }
 
 TEST(ScrapeClientTest, MalformedAddresses) {
-  for (const char* bad : {"", "localhost", "host:", ":80", "h:0", "h:70000",
-                          "h:x", "http://"}) {
+  for (const char* bad :
+       {"", "localhost", "host:", ":80", "h:0", "h:70000", "h:x", "http://"}) {
     EXPECT_EQ(FetchMetricsText(bad, kTimeout).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;

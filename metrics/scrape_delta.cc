@@ -56,8 +56,7 @@ std::vector<ParsedBucket> BucketIncrease(const ParsedMetrics* older,
         });
     for (const ParsedBucket& b : h.buckets) {
       const auto it = old_counts.find(b.upper_bound);
-      const double then =
-          reset || it == old_counts.end() ? 0 : it->second;
+      const double then = reset || it == old_counts.end() ? 0 : it->second;
       by_bound[b.upper_bound] += b.cumulative_count - then;
     }
   }

@@ -42,8 +42,8 @@ std::vector<double> Counts(const std::vector<ParsedBucket>& buckets) {
 
 TEST(ScrapeDeltaTest, CounterIncreaseBetweenTwoScrapesOfARealRegistry) {
   Registry registry;
-  CounterFamily* requests = *registry.AddCounter(
-      Options("pdserve_requests_total", {"status"}));
+  CounterFamily* requests =
+      *registry.AddCounter(Options("pdserve_requests_total", {"status"}));
   (*requests->WithLabels({"ok"}))->Inc(10);
   const ParsedMetrics t0 = Scrape(registry);
   (*requests->WithLabels({"ok"}))->Inc(5);
@@ -55,7 +55,8 @@ TEST(ScrapeDeltaTest, CounterIncreaseBetweenTwoScrapesOfARealRegistry) {
 }
 
 TEST(ScrapeDeltaTest, ACounterThatWentDownWasReset) {
-  const ParsedMetrics before = Parse("a_total{w=\"1\"} 100\na_total{w=\"2\"} 5\n");
+  const ParsedMetrics before =
+      Parse("a_total{w=\"1\"} 100\na_total{w=\"2\"} 5\n");
   const ParsedMetrics after = Parse("a_total{w=\"1\"} 3\na_total{w=\"2\"} 9\n");
   EXPECT_EQ(CounterIncrease(&before, after, "a_total"), 3 + 4);
 }
@@ -69,7 +70,8 @@ TEST(ScrapeDeltaTest, GaugesInOneScrape) {
   EXPECT_EQ(GaugeMax(m, "missing"), std::nullopt);
 }
 
-TEST(ScrapeDeltaTest, BucketIncreaseSumsSeriesByBoundAndGivesTheWindowsQuantile) {
+TEST(ScrapeDeltaTest,
+     BucketIncreaseSumsSeriesByBoundAndGivesTheWindowsQuantile) {
   Registry registry;
   HistogramFamily* itl = *registry.AddHistogram(
       Options("pdserve_inter_token_latency_seconds", {"model"}), {0.01, 0.1});

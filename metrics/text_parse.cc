@@ -74,9 +74,9 @@ bool ParseFloat(absl::string_view token, double* out) {
       absl::StartsWithIgnoreCase(digits, "-nan")) {
     return false;
   }
-  const std::from_chars_result r = std::from_chars(
-      digits.data(), digits.data() + digits.size(), *out,
-      std::chars_format::general);
+  const std::from_chars_result r =
+      std::from_chars(digits.data(), digits.data() + digits.size(), *out,
+                      std::chars_format::general);
   return r.ec == std::errc() && r.ptr == digits.data() + digits.size();
 }
 
@@ -91,13 +91,13 @@ bool ParseTimestamp(absl::string_view token) {
 
 std::string LabelsText(const Labels& labels) {
   if (labels.empty()) return "";
-  return absl::StrCat(
-      "{",
-      absl::StrJoin(labels, ",",
-                    [](std::string* out, const auto& kv) {
-                      absl::StrAppend(out, kv.first, "=\"", kv.second, "\"");
-                    }),
-      "}");
+  return absl::StrCat("{",
+                      absl::StrJoin(labels, ",",
+                                    [](std::string* out, const auto& kv) {
+                                      absl::StrAppend(out, kv.first, "=\"",
+                                                      kv.second, "\"");
+                                    }),
+                      "}");
 }
 
 class Parser {
@@ -209,9 +209,9 @@ class Parser {
         {"untyped", ParsedType::kUntyped}};
     const auto it = kTypes->find(std::string(type));
     if (it == kTypes->end() || !rest.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown type '", type, rest.empty() ? "" : " ", rest, "' for ",
-          name));
+      return absl::InvalidArgumentError(absl::StrCat("unknown type '", type,
+                                                     rest.empty() ? "" : " ",
+                                                     rest, "' for ", name));
     }
     state.typed = true;
     family.type = it->second;
@@ -221,13 +221,14 @@ class Parser {
   absl::Status ParseSample(absl::string_view line) {
     const absl::string_view name_view = ReadName(&line, /*colon=*/true);
     if (name_view.empty()) {
-      return absl::InvalidArgumentError("a sample must start with a metric name");
+      return absl::InvalidArgumentError(
+          "a sample must start with a metric name");
     }
     const std::string name(name_view);
     if (!line.empty() && !IsBlank(line.front()) && line.front() != '{') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "invalid character '", line.substr(0, 1), "' after metric name ",
-          name));
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid character '", line.substr(0, 1),
+                       "' after metric name ", name));
     }
     SkipBlanks(&line);
     Labels labels;
@@ -285,8 +286,8 @@ class Parser {
       }
       SkipBlanks(line);
       if (line->empty() || line->front() != '=') {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "expected '=' after label ", label, " of ", metric));
+        return absl::InvalidArgumentError(
+            absl::StrCat("expected '=' after label ", label, " of ", metric));
       }
       line->remove_prefix(1);
       SkipBlanks(line);
@@ -337,8 +338,7 @@ class Parser {
     }
   }
 
-  absl::Status AddSample(const std::string& name, Labels labels,
-                         double value) {
+  absl::Status AddSample(const std::string& name, Labels labels, double value) {
     // A histogram's or summary's suffixed series belong to the family TYPE
     // named; any other name is a family of its own.
     for (const absl::string_view suffix : {"_bucket", "_sum", "_count"}) {
@@ -349,8 +349,7 @@ class Parser {
       ParsedFamily& family = out_.families[it->second];
       if (family.type == ParsedType::kHistogram) {
         states_[it->second].sampled = true;
-        return AddHistogramSample(it->second, suffix, std::move(labels),
-                                  value);
+        return AddHistogramSample(it->second, suffix, std::move(labels), value);
       }
       if (family.type == ParsedType::kSummary && suffix != "_bucket") {
         states_[it->second].sampled = true;
@@ -413,11 +412,10 @@ class Parser {
       ParsedFamily& family = out_.families[index];
       for (const Labels& labels : order) {
         HistogramBuilder& h = histograms_[index][labels];
-        const std::string where = absl::StrCat(
-            "line ", h.first_line, ": histogram ", family.name,
-            LabelsText(labels));
-        if (h.buckets.empty() ||
-            !std::isinf(h.buckets.rbegin()->first) ||
+        const std::string where =
+            absl::StrCat("line ", h.first_line, ": histogram ", family.name,
+                         LabelsText(labels));
+        if (h.buckets.empty() || !std::isinf(h.buckets.rbegin()->first) ||
             h.buckets.rbegin()->first < 0) {
           return absl::InvalidArgumentError(
               absl::StrCat(where, " has no le=\"+Inf\" bucket"));
@@ -428,8 +426,8 @@ class Parser {
         double previous = 0;
         for (const auto& [bound, count] : h.buckets) {
           if (count < previous || std::isnan(count)) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                where, ": bucket counts decrease at le=", bound));
+            return absl::InvalidArgumentError(
+                absl::StrCat(where, ": bucket counts decrease at le=", bound));
           }
           previous = count;
           out.buckets.push_back({bound, count});

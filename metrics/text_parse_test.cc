@@ -136,8 +136,7 @@ TEST(TextParseTest, ReadsTheFormatsOtherLiberties) {
   EXPECT_EQ(up->type, ParsedType::kGauge);
   ASSERT_EQ(up->samples.size(), 5);
   EXPECT_EQ(up->samples[0].value, 1);
-  EXPECT_EQ(up->samples[1].labels,
-            (Labels{{"instance", "x"}, {"job", "b"}}));
+  EXPECT_EQ(up->samples[1].labels, (Labels{{"instance", "x"}, {"job", "b"}}));
   EXPECT_TRUE(std::isinf(up->samples[1].value) && up->samples[1].value > 0);
   EXPECT_TRUE(std::isinf(up->samples[2].value) && up->samples[2].value < 0);
   EXPECT_TRUE(std::isnan(up->samples[3].value));
