@@ -88,18 +88,32 @@ std::string FormatStatus(const v1::ListPoolsResponse& pools,
                           ShortRoleName(pool.role()), pool.current_size(),
                           pool.starting(), pool.draining());
   }
-  absl::StrAppendFormat(&out, "\n%-22s %-9s %-9s %-21s %9s %11s %8s\n",
+  absl::StrAppendFormat(&out,
+                        "\n%-22s %-9s %-9s %-21s %9s %7s %7s %11s %7s %8s\n",
                         "WORKER", "ROLE", "STATE", "ADDRESS", "IN-FLIGHT",
-                        "KV FREE", "LAST HB");
+                        "RUNNING", "WAITING", "KV FREE", "KV USED", "LAST HB");
   for (const v1::WorkerInfo& w : workers.workers()) {
-    const std::string kv = w.load().total_kv_blocks() == 0
-                               ? std::string("-")
-                               : absl::StrCat(w.load().free_kv_blocks(), "/",
-                                              w.load().total_kv_blocks());
-    absl::StrAppendFormat(&out, "%-22s %-9s %-9s %-21s %9u %11s %6ums\n",
-                          w.worker_id(), ShortRoleName(w.role()),
-                          ShortStateName(w.state()), w.grpc_address(),
-                          w.inflight_requests(), kv, w.last_heartbeat_age_ms());
+    const v1::WorkerLoad& load = w.load();
+    const bool has_kv = load.total_kv_blocks() != 0;
+    const std::string kv_free =
+        has_kv
+            ? absl::StrCat(load.free_kv_blocks(), "/", load.total_kv_blocks())
+            : std::string("-");
+    const std::string kv_used =
+        has_kv ? absl::StrFormat(
+                     "%.1f%%",
+                     100.0 * (1.0 - static_cast<double>(load.free_kv_blocks()) /
+                                        load.total_kv_blocks()))
+               : std::string("-");
+    // Waiting: sequences admitted but not running, plus the prompts a
+    // prefill worker holds (queued or in prefill).
+    const uint64_t waiting = static_cast<uint64_t>(load.waiting_sequences()) +
+                             load.queued_prefill_requests();
+    absl::StrAppendFormat(
+        &out, "%-22s %-9s %-9s %-21s %9u %7u %7u %11s %7s %6ums\n",
+        w.worker_id(), ShortRoleName(w.role()), ShortStateName(w.state()),
+        w.grpc_address(), w.inflight_requests(), load.running_sequences(),
+        waiting, kv_free, kv_used, w.last_heartbeat_age_ms());
   }
   if (workers.workers().empty()) out += "(no workers registered)\n";
   return out;

@@ -32,7 +32,10 @@ absl::StatusOr<v1::SetRoutingPolicyResponse> SetRoutingPolicy(
     const std::string& router_address, const v1::RoutingConfig& config,
     absl::Duration timeout);
 
-// The `pdctl status` report: one line per pool, then a table of workers.
+// The `pdctl status` report: one line per pool, then a table of workers
+// from their last heartbeat: requests in flight, sequences running, waiting
+// (sequences admitted but not running, plus the prompts a prefill worker
+// queues or computes), free KV blocks of the total and the share in use.
 std::string FormatStatus(const v1::ListPoolsResponse& pools,
                          const v1::ListWorkersResponse& workers);
 

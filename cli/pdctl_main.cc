@@ -5,7 +5,14 @@
 //                  every process is healthy and registered, prints the
 //                  endpoints and returns (--foreground: stay until Ctrl-C)
 //   pdctl down     stops the local cluster `up` started (workers drain)
-//   pdctl status   [--router=H:P]   pools and workers as the router sees them
+//   pdctl status   [--router=H:P]   pools and workers as the router sees them,
+//                  with each worker's running and waiting requests and KV use
+//   pdctl top      [--router=H:P --router_http=H:P --interval_ms=1000
+//                  --iterations=N]  live view of the pools from the router's
+//                  and every worker's /metrics: requests running and
+//                  waiting, KV use, tokens/s, TTFT and ITL p50/p99 over the
+//                  last minute (cli/top_view.h); refreshes in place on a
+//                  terminal, plain frames separated by a blank line elsewhere
 //   pdctl drain    WORKER_ID [--deadline_ms=N]
 //   pdctl policy   [round_robin|least_loaded|kv_aware]
 //                  [--local_prefill_max_uncached_tokens=N]
@@ -25,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -43,12 +51,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "cli/admin_client.h"
 #include "cli/bench_command.h"
 #include "cli/generate_client.h"
 #include "cli/local_cluster.h"
 #include "cli/supervisor.h"
+#include "cli/top_scrape.h"
+#include "cli/top_view.h"
 #include "common/termination_signal.h"
 #include "rpc/health_client.h"
 
@@ -104,6 +115,12 @@ ABSL_FLAG(int32_t, max_tokens, 128, "generate: most tokens to generate");
 ABSL_FLAG(double, temperature, 0, "generate: sampling temperature");
 ABSL_FLAG(int32_t, timeout_s, 300, "generate: request deadline");
 ABSL_FLAG(std::string, service, "", "health: service name ('' = server)");
+ABSL_FLAG(std::string, router_http, "",
+          "top: the router's HTTP address, where it serves /metrics (default: "
+          "the running local cluster's, else 127.0.0.1:8000)");
+ABSL_FLAG(int32_t, interval_ms, 1000, "top: time between two refreshes");
+ABSL_FLAG(int32_t, iterations, 0,
+          "top: stop after this many frames (0: until Ctrl-C)");
 ABSL_FLAG(int32_t, wait_ms, 0,
           "health: keep polling up to this long for SERVING");
 
@@ -206,6 +223,72 @@ int Status() {
   }
   std::cout << "\n" << FormatStatus(*pools, *workers) << FormatLocalProcesses();
   return 0;
+}
+
+// pdctl top keeps each process's scrapes of the last minute.
+constexpr absl::Duration kTopWindow = absl::Seconds(60);
+
+// "127.0.0.1:PORT" of the running local cluster's HTTP port, from its state
+// file's "http http://HOST:PORT/v1" line.
+std::optional<std::string> LocalClusterHttp() {
+  if (!LiveSupervisor().has_value()) return std::nullopt;
+  std::ifstream in(StateFile());
+  for (std::string line; std::getline(in, line);) {
+    absl::string_view rest = line;
+    if (!absl::ConsumePrefix(&rest, "http http://")) continue;
+    return std::string(rest.substr(0, rest.find('/')));
+  }
+  return std::nullopt;
+}
+
+// pdctl top: a baseline scrape, then a frame every --interval_ms (so the
+// first frame already has rates over one interval) until --iterations
+// frames or Ctrl-C. Exit 1 when the router's admin API did not answer for
+// the last frame.
+int Top() {
+  const int interval_ms = absl::GetFlag(FLAGS_interval_ms);
+  const int iterations = absl::GetFlag(FLAGS_iterations);
+  if (interval_ms <= 0 || iterations < 0) {
+    std::cerr << "pdctl: top needs --interval_ms > 0 and --iterations >= 0\n";
+    return 2;
+  }
+  const absl::Duration interval = absl::Milliseconds(interval_ms);
+  // A round waits for its slowest scrape; keep it within the interval where
+  // the interval allows.
+  const absl::Duration timeout =
+      std::clamp(interval, absl::Milliseconds(250), absl::Seconds(2));
+  TopFrameInput input;
+  input.router_control = absl::GetFlag(FLAGS_router);
+  input.router_http = absl::GetFlag(FLAGS_router_http);
+  if (input.router_http.empty()) {
+    input.router_http = LocalClusterHttp().value_or("127.0.0.1:8000");
+  }
+  input.window = kTopWindow;
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  ClusterScrapes scrapes(kTopWindow);
+  const ListWorkersFn list_workers = [&] {
+    return ListWorkers(input.router_control, v1::WORKER_ROLE_UNSPECIFIED,
+                       timeout);
+  };
+  ScrapeCluster(list_workers, input.router_http, timeout, scrapes)
+      .IgnoreError();
+  absl::Time next = absl::Now() + interval;
+  int exit_code = 0;
+  for (int i = 0; iterations == 0 || i < iterations; ++i) {
+    if (WaitForTerminationSignal(
+            std::max(next - absl::Now(), absl::ZeroDuration()))
+            .has_value()) {
+      break;
+    }
+    // A round slower than the interval delays the next, never bunches them.
+    next = std::max(next + interval, absl::Now());
+    input.workers =
+        ScrapeCluster(list_workers, input.router_http, timeout, scrapes);
+    std::cout << FrameForOutput(RenderTopFrame(input, scrapes), terminal, i)
+              << std::flush;
+    exit_code = input.workers.ok() ? 0 : 1;
+  }
+  return exit_code;
 }
 
 int Drain(const std::vector<char*>& args) {
@@ -525,6 +608,7 @@ int main(int argc, char** argv) {
       "  up                 start a local cluster (background; --foreground)\n"
       "  down               stop the local cluster\n"
       "  status             pools and workers\n"
+      "  top                live view of pools and workers from /metrics\n"
       "  drain WORKER_ID    stop sending work to a worker and let it exit\n"
       "  policy [NAME]      show or set the routing policy\n"
       "  generate           stream an answer through the router\n"
@@ -539,6 +623,7 @@ int main(int argc, char** argv) {
   if (command == "up") return pdserve::cli::Up();
   if (command == "down") return pdserve::cli::Down();
   if (command == "status") return pdserve::cli::Status();
+  if (command == "top") return pdserve::cli::Top();
   if (command == "drain") return pdserve::cli::Drain(args);
   if (command == "policy") return pdserve::cli::Policy(args);
   if (command == "generate") return pdserve::cli::Generate();
