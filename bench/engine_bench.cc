@@ -11,7 +11,11 @@
 //     --decode_prompt_tokens for a longer context), and its ratio to the decode
 //     roofline: bandwidth / bytes of weights one decode step reads;
 //   - batched decode: aggregate tokens/s of B sequences decoding together,
-//     B in {1, 8, 32, 64}.
+//     B in {1, 8, 32, 64};
+//   - the cost of metrics: single-stream and batch-32 decode with and
+//     without recording what a decode worker records per step and per token
+//     (worker/worker_metrics.h: step time, batch size, inter-token latency,
+//     tokens), runs alternated so that drift hits both alike.
 // Prints a table and writes JSON (--json_out). Token ids are synthetic
 // (valid ids spread over the vocabulary); speed does not depend on them.
 #include <immintrin.h>
@@ -35,8 +39,10 @@
 #include "absl/time/time.h"
 #include "common/thread_pool.h"
 #include "engine/model_runner.h"
+#include "metrics/registry.h"
 #include "model/default_model.h"
 #include "model/model.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF model (default: the default model)");
 ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
@@ -47,8 +53,9 @@ ABSL_FLAG(int32_t, decode_prompt_tokens, 16,
           "batched): decode attention grows with the context, so a long "
           "prompt shows its share");
 ABSL_FLAG(std::string, only, "",
-          "Run only these parts (comma-separated: prefill, decode, batched), "
-          "e.g. to profile one; the table then shows 0 for the others");
+          "Run only these parts (comma-separated: prefill, decode, batched, "
+          "metrics), e.g. to profile one; the table then shows 0 for the "
+          "others");
 
 namespace pdserve {
 namespace {
@@ -140,6 +147,13 @@ struct Results {
   double decode_single = 0;
   std::vector<std::pair<int, double>> batched;
   double roofline = 0;
+  // Decode tokens/s with metrics recorded and without, by batch size.
+  struct MetricsCost {
+    int batch = 0;
+    double with_metrics = 0;
+    double without = 0;
+  };
+  std::vector<MetricsCost> metrics_cost;
 };
 
 int Main() {
@@ -210,7 +224,9 @@ int Main() {
               << m.config().context_length << " tokens\n";
     return 1;
   }
-  auto decode = [&](int batch, int steps, int salt) -> double {
+  // `recorder` (may be null) records each step as a decode worker does.
+  auto decode = [&](int batch, int steps, int salt,
+                    worker::WorkerMetrics* recorder = nullptr) -> double {
     std::vector<engine::SeqId> ids;
     std::vector<int32_t> next;
     for (int b = 0; b < batch; ++b) {
@@ -224,10 +240,25 @@ int Main() {
     }
     std::vector<float> logits;
     const absl::Time start = absl::Now();
+    absl::Time last_step = start;
     for (int s = 0; s < steps; ++s) {
       if (!runner.Decode(ids, next, &logits).ok()) return -1;
       for (int b = 0; b < batch; ++b) {
         next[b] = Argmax(logits.data() + int64_t{b} * vocab, vocab);
+      }
+      if (recorder != nullptr) {
+        // DecodeWorker::EngineLoop per step, OnOutput per token.
+        const absl::Time now = absl::Now();
+        recorder->step_duration->Observe(
+            absl::ToDoubleSeconds(now - last_step));
+        recorder->batch_sequences->Observe(batch);
+        recorder->prompt_tokens_computed->Inc(0);
+        for (int b = 0; b < batch; ++b) {
+          recorder->inter_token_latency->Observe(
+              absl::ToDoubleSeconds(now - last_step));
+          recorder->generated_tokens->Inc(1);
+        }
+        last_step = now;
       }
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -245,9 +276,29 @@ int Main() {
     for (int i = 0; i < runs; ++i) samples.push_back(decode(batch, 32, i));
     r.batched.push_back({batch, Median(samples)});
   }
+  // Metrics on and off, alternated run by run.
+  metrics::Registry registry;
+  worker::WorkerMetricsOptions metrics_options;
+  metrics_options.model = m.name();
+  metrics_options.role = "decode";
+  metrics_options.worker_id = "engine_bench";
+  std::unique_ptr<worker::WorkerMetrics> recorder =
+      worker::WorkerMetrics::Create(&registry, metrics_options).value();
+  bool metrics_failed = false;
+  for (int batch : {1, 32}) {
+    if (!wanted("metrics")) break;
+    std::vector<double> with, without;
+    const int steps = batch == 1 ? 128 : 32;
+    for (int i = 0; i < runs; ++i) {
+      without.push_back(decode(batch, steps, i));
+      with.push_back(decode(batch, steps, i, recorder.get()));
+      metrics_failed |= without.back() < 0 || with.back() < 0;
+    }
+    r.metrics_cost.push_back({batch, Median(with), Median(without)});
+  }
   if (std::any_of(r.batched.begin(), r.batched.end(),
                   [](const auto& b) { return b.second < 0; }) ||
-      r.decode_single < 0) {
+      r.decode_single < 0 || metrics_failed) {
     std::cerr << "engine_bench: a decode run failed (KV cache too small?)\n";
     return 1;
   }
@@ -270,6 +321,12 @@ int Main() {
         "1)\n",
         batch, tps, tps / r.batched[0].second);
   }
+  for (const Results::MetricsCost& c : r.metrics_cost) {
+    std::cout << absl::StrFormat(
+        "decode, batch %-3d metrics  %8.1f tokens/s with, %8.1f without "
+        "(%.3f)\n",
+        c.batch, c.with_metrics, c.without, c.with_metrics / c.without);
+  }
   const std::string json_path = absl::GetFlag(FLAGS_json_out);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
@@ -287,6 +344,14 @@ int Main() {
     std::vector<std::string> parts;
     for (const auto& [batch, tps] : r.batched) {
       parts.push_back(absl::StrFormat("\"%d\": %.3f", batch, tps));
+    }
+    out << absl::StrJoin(parts, ", ") << "}, \"metrics_cost\": {";
+    parts.clear();
+    for (const Results::MetricsCost& c : r.metrics_cost) {
+      parts.push_back(absl::StrFormat(
+          "\"%d\": {\"with_metrics_tps\": %.3f, \"without_tps\": %.3f, "
+          "\"ratio\": %.4f}",
+          c.batch, c.with_metrics, c.without, c.with_metrics / c.without));
     }
     out << absl::StrJoin(parts, ", ") << "}}\n";
   }
