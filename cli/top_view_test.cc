@@ -15,9 +15,9 @@
 namespace pdserve::cli {
 namespace {
 
+using ::testing::DoubleNear;
 using ::testing::HasSubstr;
 using ::testing::Optional;
-using ::testing::DoubleNear;
 
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 
@@ -41,11 +41,11 @@ std::vector<double> ItlBounds() {
 // router exports them (issue 17's contract).
 struct FakeRouter {
   FakeRouter() {
-    in_flight = *(*registry.AddGauge(
-                      Options("pdserve_requests_in_flight", {"model"})))
-                     ->WithLabels({"m"});
-    metrics::CounterFamily* requests = *registry.AddCounter(Options(
-        "pdserve_requests_total", {"model", "endpoint", "status"}));
+    in_flight =
+        *(*registry.AddGauge(Options("pdserve_requests_in_flight", {"model"})))
+             ->WithLabels({"m"});
+    metrics::CounterFamily* requests = *registry.AddCounter(
+        Options("pdserve_requests_total", {"model", "endpoint", "status"}));
     ok = *requests->WithLabels({"m", "completions", "ok"});
     cancelled = *requests->WithLabels({"m", "generate", "cancelled"});
     generated = *(*registry.AddCounter(
@@ -82,20 +82,20 @@ struct FakeWorker {
   FakeWorker(const std::string& role, const std::string& id) {
     const std::vector<absl::string_view> labels = {"m", role, id};
     const std::vector<std::string> names = {"model", "role", "worker_id"};
-    running = *(*registry.AddGauge(
-                    Options("pdserve_worker_requests_running", names)))
-                   ->WithLabels(labels);
-    waiting = *(*registry.AddGauge(
-                    Options("pdserve_worker_requests_waiting", names)))
-                   ->WithLabels(labels);
-    kv_usage = *(*registry.AddGauge(
-                     Options("pdserve_kv_cache_usage_ratio", names)))
-                    ->WithLabels(labels);
+    running =
+        *(*registry.AddGauge(Options("pdserve_worker_requests_running", names)))
+             ->WithLabels(labels);
+    waiting =
+        *(*registry.AddGauge(Options("pdserve_worker_requests_waiting", names)))
+             ->WithLabels(labels);
+    kv_usage =
+        *(*registry.AddGauge(Options("pdserve_kv_cache_usage_ratio", names)))
+             ->WithLabels(labels);
     prompt = *(*registry.AddCounter(Options(
                    "pdserve_worker_prompt_tokens_computed_total", names)))
                   ->WithLabels(labels);
-    generated = *(*registry.AddCounter(Options(
-                      "pdserve_worker_generated_tokens_total", names)))
+    generated = *(*registry.AddCounter(
+                      Options("pdserve_worker_generated_tokens_total", names)))
                      ->WithLabels(labels);
     ttft = *(*registry.AddHistogram(
                  Options("pdserve_worker_time_to_first_token_seconds", names),
@@ -158,9 +158,9 @@ class TopViewTest : public ::testing::Test {
     // The window.
     router_.in_flight->Set(3);
     router_.ok->Inc(15);
-    router_.cancelled->Inc(5);     // 20 requests in 10 s
-    router_.generated->Inc(500);   // 50 tokens/s
-    router_.prompt->Inc(2000);     // 200 tokens/s
+    router_.cancelled->Inc(5);         // 20 requests in 10 s
+    router_.generated->Inc(500);       // 50 tokens/s
+    router_.prompt->Inc(2000);         // 200 tokens/s
     Observe(router_.ttft, 10, 0.005);  // p50 0.01 (end of le=0.01)
     Observe(router_.ttft, 10, 0.03);   // p99 0.02 + 0.03 * 9.8 / 10
     Observe(router_.itl, 50, 0.0007);  // p50 0.001 (end of le=0.001)
@@ -168,12 +168,12 @@ class TopViewTest : public ::testing::Test {
     prefill_.running->Set(1);
     prefill_.waiting->Set(2);
     prefill_.kv_usage->Set(0.125);
-    prefill_.prompt->Inc(1200);       // 120 tokens/s
+    prefill_.prompt->Inc(1200);        // 120 tokens/s
     Observe(prefill_.ttft, 4, 0.015);  // p50 0.015, p99 0.0199
     decode_.running->Set(4);
     decode_.kv_usage->Set(0.5);
-    decode_.generated->Inc(300);     // 30 tokens/s
-    decode_.prompt->Inc(7777);       // not what a decode row shows
+    decode_.generated->Inc(300);      // 30 tokens/s
+    decode_.prompt->Inc(7777);        // not what a decode row shows
     Observe(decode_.itl, 10, 0.003);  // p50 0.003, p99 0.00398
     const absl::Time t1 = kT0 + absl::Seconds(10);
     scrapes_.router().Add(t1, router_.Scrape());
@@ -239,15 +239,17 @@ TEST_F(TopViewTest, EachRoleShowsItsOwnTokensAndLatency) {
   EXPECT_THAT(d.latency_p99, Optional(DoubleNear(0.00398, 1e-12)));
 
   // One scrape: gauges, but no rate and no quantile yet.
-  const WorkerStats once = ComputeWorkerStats(
-      *scrapes_.FindWorker("decode-2"), v1::WORKER_ROLE_DECODE);
+  const WorkerStats once = ComputeWorkerStats(*scrapes_.FindWorker("decode-2"),
+                                              v1::WORKER_ROLE_DECODE);
   EXPECT_THAT(once.running, Optional(4.0));
   EXPECT_EQ(once.tokens_per_s, std::nullopt);
   EXPECT_EQ(once.latency_p50, std::nullopt);
 }
 
 TEST_F(TopViewTest, RendersTheFrame) {
-  EXPECT_EQ(RenderTopFrame(input_, scrapes_), R"(pdctl top  router 127.0.0.1:50051  /metrics 127.0.0.1:8000  window 60 s
+  EXPECT_EQ(
+      RenderTopFrame(input_, scrapes_),
+      R"(pdctl top  router 127.0.0.1:50051  /metrics 127.0.0.1:8000  window 60 s
 cluster    in flight 3  requests 2.00/s  tokens 50.0/s generated, 200.0/s prompt  (over 10.0 s)
            TTFT p50 10.0ms p99 49.4ms  ITL p50 1.00ms p99 3.96ms
 

@@ -245,9 +245,9 @@ absl::StatusOr<v1::AdmitResponse> DecodeWorker::Admit(
   }
   PD_LOG(DEBUG) << "request " << request.request_id() << " attempt "
                 << request.attempt() << ": admitted, transfer "
-                << target.transfer_id() << " into "
-                << target.block_ids_size() << " blocks for tokens from "
-                << target.first_token_position() << " on";
+                << target.transfer_id() << " into " << target.block_ids_size()
+                << " blocks for tokens from " << target.first_token_position()
+                << " on";
   v1::AdmitResponse response;
   *response.mutable_target() = std::move(target);
   return response;
@@ -420,8 +420,7 @@ void DecodeWorker::OnOutput(const std::shared_ptr<Decode>& decode,
   const bool last = out.finish != engine::RequestFinish::kNone;
   if (last) {
     PD_LOG(DEBUG) << "request " << d.request_id << " attempt " << d.attempt
-                  << ": decode ended ("
-                  << FinishName(out.finish) << ") after "
+                  << ": decode ended (" << FinishName(out.finish) << ") after "
                   << d.outputs << " outputs";
     absl::MutexLock lock(&mu_);
     d.finished = true;

@@ -157,8 +157,7 @@ std::vector<std::string> KvAdmissions::Expire(absl::Time now) {
     for (auto it = admissions_.begin(); it != admissions_.end();) {
       if (it->second.expires <= now) {
         expired.push_back(it->first);
-        described.push_back(absl::StrCat("transfer ", it->first,
-                                         " of request ",
+        described.push_back(absl::StrCat("transfer ", it->first, " of request ",
                                          it->second.target.request_id()));
         ++expired_;
         QuarantineLocked(it->first, it->second, now);

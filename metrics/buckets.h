@@ -51,6 +51,12 @@ absl::StatusOr<std::vector<double>> ParseBuckets(absl::string_view text);
 std::vector<double> DefaultItlBuckets();
 std::vector<double> DefaultTtftBuckets();
 
+// The two layouts a process records its latencies with.
+struct LatencyBuckets {
+  std::vector<double> itl = DefaultItlBuckets();
+  std::vector<double> ttft = DefaultTtftBuckets();
+};
+
 }  // namespace pdserve::metrics
 
 #endif  // PDSERVE_METRICS_BUCKETS_H_

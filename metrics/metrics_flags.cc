@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "metrics/buckets.h"
 
 ABSL_FLAG(std::string, itl_buckets, "",
@@ -33,14 +34,15 @@ absl::StatusOr<std::vector<double>> FromFlag(
 
 }  // namespace
 
-absl::StatusOr<std::vector<double>> ItlBucketsFromFlags() {
-  return FromFlag("itl_buckets", absl::GetFlag(FLAGS_itl_buckets),
-                  &DefaultItlBuckets);
-}
-
-absl::StatusOr<std::vector<double>> TtftBucketsFromFlags() {
-  return FromFlag("ttft_buckets", absl::GetFlag(FLAGS_ttft_buckets),
-                  &DefaultTtftBuckets);
+absl::StatusOr<LatencyBuckets> LatencyBucketsFromFlags() {
+  LatencyBuckets buckets;
+  PD_ASSIGN_OR_RETURN(buckets.itl,
+                      FromFlag("itl_buckets", absl::GetFlag(FLAGS_itl_buckets),
+                               &DefaultItlBuckets));
+  PD_ASSIGN_OR_RETURN(
+      buckets.ttft, FromFlag("ttft_buckets", absl::GetFlag(FLAGS_ttft_buckets),
+                             &DefaultTtftBuckets));
+  return buckets;
 }
 
 }  // namespace pdserve::metrics

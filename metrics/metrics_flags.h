@@ -15,12 +15,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "metrics/buckets.h"
 
 namespace pdserve::metrics {
 
-// INVALID_ARGUMENT naming the flag when its value is not a valid layout.
-absl::StatusOr<std::vector<double>> ItlBucketsFromFlags();
-absl::StatusOr<std::vector<double>> TtftBucketsFromFlags();
+// Both layouts; INVALID_ARGUMENT naming the flag when its value is not a
+// valid layout.
+absl::StatusOr<LatencyBuckets> LatencyBucketsFromFlags();
 
 }  // namespace pdserve::metrics
 

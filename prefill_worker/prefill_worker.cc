@@ -519,8 +519,7 @@ void PrefillWorker::SchedulerLoop() {
       PD_LOG(DEBUG) << "request " << job->request.request_id() << " attempt "
                     << job->request.attempt() << ": prefilled "
                     << job->tokens.size() - job->cached << " tokens ("
-                    << job->cached << " cached), first token "
-                    << step->token;
+                    << job->cached << " cached), first token " << step->token;
       v1::PrefillResponse& r = job->response;
       r.set_request_id(job->request.request_id());
       r.set_prefill_worker_id(options_.worker_id);
@@ -633,8 +632,7 @@ void PrefillWorker::Finish(std::unique_ptr<Job> job) {
     job->done(std::move(job->response));
   } else {
     PD_LOG(DEBUG) << "request " << job->request.request_id() << " attempt "
-                  << job->request.attempt() << ": prefill failed: "
-                  << status;
+                  << job->request.attempt() << ": prefill failed: " << status;
     job->done(status);
   }
 }

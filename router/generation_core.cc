@@ -237,8 +237,7 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
 
   PD_LOG(DEBUG) << "request " << id << ": received, " << tokens.size()
                 << " prompt tokens";
-  RequestStream state(request, sink, arrival, cancel, metrics_,
-                      tokens.size());
+  RequestStream state(request, sink, arrival, cancel, metrics_, tokens.size());
   const absl::Status status = Serve(request, tokens, deadline, state, cancel);
   PD_LOG(DEBUG) << "request " << id << ": ended ("
                 << (status.ok() ? "ok" : status.ToString()) << ") after "
@@ -281,26 +280,22 @@ absl::Status GenerationCore::Serve(const v1::GenerateRequest& request,
           route.prefill.has_value() ? RoutingPath::kDisaggregated
                                     : RoutingPath::kLocalPrefill,
           tokens.size(),
-          std::min<int64_t>(
-              tokens.size(),
-              int64_t{computes.cached_blocks} * computes.block_size));
+          std::min<int64_t>(tokens.size(), int64_t{computes.cached_blocks} *
+                                               computes.block_size));
     }
     // Workers this try's failure points at.
     std::vector<std::string> culprits;
     const Attempt a{request, tokens,       attempt,  deadline,
                     state,   state.sent(), &culprits};
     absl::Status status;
-    PD_LOG(DEBUG) << "request " << request.request_id() << " attempt "
-                  << attempt << ": "
-                  << (route.prefill.has_value()
-                          ? absl::StrCat("prefill on ",
-                                         prefill[*route.prefill].worker_id,
-                                         ", decode on ",
-                                         decode[route.decode_order.front()]
-                                             .worker_id)
-                          : absl::StrCat("local prefill and decode on ",
-                                         decode[route.decode_order.front()]
-                                             .worker_id));
+    PD_LOG(DEBUG)
+        << "request " << request.request_id() << " attempt " << attempt << ": "
+        << (route.prefill.has_value()
+                ? absl::StrCat("prefill on ", prefill[*route.prefill].worker_id,
+                               ", decode on ",
+                               decode[route.decode_order.front()].worker_id)
+                : absl::StrCat("local prefill and decode on ",
+                               decode[route.decode_order.front()].worker_id));
     if (!route.prefill.has_value()) {
       status = RunLocal(a, decode[route.decode_order.front()]);
     } else {

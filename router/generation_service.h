@@ -31,8 +31,8 @@ class GenerationService final : public v1::Generation::CallbackService {
       : api_(api),
         default_timeout_(default_timeout),
         retry_after_(retry_after),
-        metrics_(metrics != nullptr ? metrics
-                                    : RouterMetrics::Unregistered()) {}
+        metrics_(metrics != nullptr ? metrics : RouterMetrics::Unregistered()) {
+  }
   ~GenerationService() override;
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(

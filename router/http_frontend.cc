@@ -24,8 +24,8 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "httplib.h"
-#include "proto/client.pb.h"
 #include "metrics/text_format.h"
+#include "proto/client.pb.h"
 #include "router/openai_request.h"
 #include "router/openai_response.h"
 #include "router/request_ids.h"
@@ -190,12 +190,11 @@ class HttpFrontend::Impl {
                    HandleTokenize(req, res);
                  });
     if (options_.metrics_registry != nullptr) {
-      server_.Get("/metrics",
-                  [this](const httplib::Request&, httplib::Response& res) {
-                    res.set_content(
-                        metrics::RenderText(*options_.metrics_registry),
-                        metrics::kTextContentType);
-                  });
+      server_.Get(
+          "/metrics", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(metrics::RenderText(*options_.metrics_registry),
+                            metrics::kTextContentType);
+          });
     }
     server_.set_error_handler(httplib::Server::HandlerWithResponse(
         [this](const httplib::Request& req, httplib::Response& res) {
@@ -269,7 +268,6 @@ class HttpFrontend::Impl {
                                   options_.max_body_bytes, " bytes"));
   }
 
-
   // The model name for responses: the request's, or the only served model
   // when the request left it empty.
   std::string ResponseModel(const std::string& requested) {
@@ -296,8 +294,7 @@ class HttpFrontend::Impl {
                                   : ParseCompletionRequest(req.body);
     if (parsed.ok() && parsed->generate.request_id().empty()) {
       const std::string header = req.get_header_value(kRequestIdHeader);
-      parsed->generate.set_request_id(header.empty() ? NewRequestId()
-                                                     : header);
+      parsed->generate.set_request_id(header.empty() ? NewRequestId() : header);
     }
     if (parsed.ok()) {
       // Checked here (the core checks again) so that an id unfit for a
@@ -332,9 +329,8 @@ class HttpFrontend::Impl {
     }
   }
 
-  void ServeUnary(Endpoint endpoint, OpenAiRequest request,
-                  absl::Time deadline, OpenAiResponseOptions format,
-                  httplib::Response& res) {
+  void ServeUnary(Endpoint endpoint, OpenAiRequest request, absl::Time deadline,
+                  OpenAiResponseOptions format, httplib::Response& res) {
     OpenAiStreamFormatter formatter(std::move(format));
     absl::Status status =
         api_->Generate(std::move(request.generate), deadline,
@@ -488,7 +484,6 @@ class HttpFrontend::Impl {
   std::unique_ptr<HttpServerThread> accept_loop_;
   // Set by Shutdown: every sink refuses its next chunk.
   std::atomic<bool> stopping_{false};
-
 };
 
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(

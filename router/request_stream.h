@@ -29,8 +29,8 @@ class RequestStream {
   // latencies, its tokens (the prompt's `prompt_tokens` once the first
   // token is sent), and how it finished.
   RequestStream(const v1::GenerateRequest& request, const ChunkSink& sink,
-                absl::Time arrival, CancelToken* cancel,
-                RouterMetrics* metrics, uint32_t prompt_tokens);
+                absl::Time arrival, CancelToken* cancel, RouterMetrics* metrics,
+                uint32_t prompt_tokens);
 
   const std::string& id() const { return id_; }
   // The client went away: a sink call said so, or the front end cancelled.

@@ -132,16 +132,13 @@ int Run() {
   }
   RouterMetricsOptions metrics_options;
   metrics_options.model = model::ServedModelName(model_path);
-  {
-    absl::StatusOr<std::vector<double>> itl = metrics::ItlBucketsFromFlags();
-    absl::StatusOr<std::vector<double>> ttft =
-        metrics::TtftBucketsFromFlags();
-    if (!itl.ok() || !ttft.ok()) {
-      PD_LOG(ERROR) << (itl.ok() ? ttft.status() : itl.status());
-      return 2;
-    }
-    metrics_options.itl_buckets = *std::move(itl);
-    metrics_options.ttft_buckets = *std::move(ttft);
+  if (absl::StatusOr<metrics::LatencyBuckets> buckets =
+          metrics::LatencyBucketsFromFlags();
+      buckets.ok()) {
+    metrics_options.buckets = *std::move(buckets);
+  } else {
+    PD_LOG(ERROR) << buckets.status();
+    return 2;
   }
   absl::StatusOr<std::unique_ptr<RouterMetrics>> router_metrics =
       RouterMetrics::Create(&metrics_registry, metrics_options);
@@ -149,12 +146,12 @@ int Run() {
     PD_LOG(ERROR) << router_metrics.status();
     return 2;
   }
-  if (absl::Status added = (*router_metrics)
-                               ->AddWorkerPools([&registry](
-                                                    v1::WorkerRole role,
-                                                    v1::WorkerState state) {
-                                 return (*registry)->Count(role, state);
-                               });
+  if (absl::Status added =
+          (*router_metrics)
+              ->AddWorkerPools(
+                  [&registry](v1::WorkerRole role, v1::WorkerState state) {
+                    return (*registry)->Count(role, state);
+                  });
       !added.ok()) {
     PD_LOG(ERROR) << added;
     return 2;
@@ -185,8 +182,7 @@ int Run() {
   }
 
   auto generation = std::make_unique<GenerationService>(
-      &core, request_timeout, core_options.retry_after,
-      router_metrics->get());
+      &core, request_timeout, core_options.retry_after, router_metrics->get());
   rpc::GrpcServerOptions client_options;
   client_options.listen_address = absl::GetFlag(FLAGS_listen);
   client_options.services = {generation.get()};

@@ -58,9 +58,8 @@ absl::Status RouterMetrics::Register() {
                         registry_->AddCounter(FamilyOptions(name, help)));
     return family->WithLabels({model});
   };
-  auto histogram =
-      [&](const char* name, const char* help,
-          const std::vector<double>& bounds)
+  auto histogram = [&](const char* name, const char* help,
+                       const std::vector<double>& bounds)
       -> absl::StatusOr<metrics::Histogram*> {
     PD_ASSIGN_OR_RETURN(
         metrics::HistogramFamily * family,
@@ -93,17 +92,17 @@ absl::Status RouterMetrics::Register() {
       for (int c = 0; c < kNumCodes; ++c) {
         const std::string status = absl::AsciiStrToLower(
             absl::StatusCodeToString(static_cast<absl::StatusCode>(c)));
-        PD_ASSIGN_OR_RETURN(requests_[e][c],
-                            family->WithLabels({model, kEndpointNames[e],
-                                                status}));
+        PD_ASSIGN_OR_RETURN(
+            requests_[e][c],
+            family->WithLabels({model, kEndpointNames[e], status}));
       }
     }
   }
   metrics::Counter* success[2];
-  PD_RETURN_IF_ERROR(labelled(
-      "pdserve_request_success_total",
-      "Requests that ended with their last token, by finish reason.",
-      "finished_reason", {"stop", "length"}, success));
+  PD_RETURN_IF_ERROR(
+      labelled("pdserve_request_success_total",
+               "Requests that ended with their last token, by finish reason.",
+               "finished_reason", {"stop", "length"}, success));
   success_stop_ = success[0];
   success_length_ = success[1];
 
@@ -112,44 +111,44 @@ absl::Status RouterMetrics::Register() {
       histogram("pdserve_time_to_first_token_seconds",
                 "Arrival at the router to the first token sent to the "
                 "client, in seconds.",
-                options_.ttft_buckets));
+                options_.buckets.ttft));
   PD_ASSIGN_OR_RETURN(
       inter_token_latency,
       histogram("pdserve_inter_token_latency_seconds",
                 "Time between two consecutive chunks of tokens sent to a "
                 "client, in seconds.",
-                options_.itl_buckets));
+                options_.buckets.itl));
   PD_ASSIGN_OR_RETURN(
       time_per_output_token,
       histogram("pdserve_time_per_output_token_seconds",
                 "Per request with two or more tokens: first to last token "
                 "over the tokens after the first, in seconds.",
-                options_.itl_buckets));
+                options_.buckets.itl));
   PD_ASSIGN_OR_RETURN(
       e2e_latency,
       histogram("pdserve_e2e_request_latency_seconds",
                 "Arrival at the router to the last token, of requests that "
                 "finished, in seconds.",
-                options_.ttft_buckets));
+                options_.buckets.ttft));
   PD_ASSIGN_OR_RETURN(
       queue_time,
       histogram("pdserve_request_queue_time_seconds",
                 "Time a request waited before its prefill began: at the "
                 "router and in the prefill worker's queue, in seconds.",
-                options_.ttft_buckets));
+                options_.buckets.ttft));
   PD_ASSIGN_OR_RETURN(
       prefill_time,
       histogram("pdserve_request_prefill_time_seconds",
                 "Prefill compute of the request's prompt (on a prefill "
                 "worker, or locally on the decode worker), in seconds.",
-                options_.ttft_buckets));
+                options_.buckets.ttft));
   PD_ASSIGN_OR_RETURN(
       kv_transfer_tail,
       histogram("pdserve_request_kv_transfer_tail_seconds",
                 "Disaggregated requests: the KV transfer's time after the "
                 "prefill compute ended (the part not hidden behind "
                 "compute), in seconds.",
-                options_.itl_buckets));
+                options_.buckets.itl));
   PD_ASSIGN_OR_RETURN(prompt_tokens,
                       counter("pdserve_prompt_tokens_total",
                               "Prompt tokens of requests that got their "
@@ -158,20 +157,19 @@ absl::Status RouterMetrics::Register() {
                       counter("pdserve_generation_tokens_total",
                               "Generated tokens sent to clients."));
   {
-    PD_ASSIGN_OR_RETURN(
-        metrics::GaugeFamily * family,
-        registry_->AddGauge(FamilyOptions(
-            "pdserve_requests_in_flight",
-            "Requests the router is running (admitted under "
-            "--max_inflight, not yet ended).")));
+    PD_ASSIGN_OR_RETURN(metrics::GaugeFamily * family,
+                        registry_->AddGauge(FamilyOptions(
+                            "pdserve_requests_in_flight",
+                            "Requests the router is running (admitted under "
+                            "--max_inflight, not yet ended).")));
     PD_ASSIGN_OR_RETURN(requests_in_flight, family->WithLabels({model}));
   }
-  PD_RETURN_IF_ERROR(labelled(
-      "pdserve_overload_rejections_total",
-      "Requests refused for overload (RESOURCE_EXHAUSTED, HTTP 503): "
-      "max_inflight (the router's limit), no_kv_capacity (no decode "
-      "worker had room for the KV).",
-      "reason", {"max_inflight", "no_kv_capacity"}, overload_.data()));
+  PD_RETURN_IF_ERROR(
+      labelled("pdserve_overload_rejections_total",
+               "Requests refused for overload (RESOURCE_EXHAUSTED, HTTP 503): "
+               "max_inflight (the router's limit), no_kv_capacity (no decode "
+               "worker had room for the KV).",
+               "reason", {"max_inflight", "no_kv_capacity"}, overload_.data()));
   PD_ASSIGN_OR_RETURN(retries,
                       counter("pdserve_request_retries_total",
                               "Tries of a request on other workers after a "
@@ -184,16 +182,15 @@ absl::Status RouterMetrics::Register() {
                       counter("pdserve_request_cancellations_total",
                               "Requests ended because the client cancelled "
                               "or went away."));
-  PD_RETURN_IF_ERROR(labelled(
-      "pdserve_routing_decisions_total",
-      "Routing decisions (one per try of a request), by path: "
-      "disaggregated (a prefill worker, then a decode worker) or "
-      "local_prefill (conditional disaggregation).",
-      "path", {"disaggregated", "local_prefill"}, routing_.data()));
-  PD_ASSIGN_OR_RETURN(
-      routed_prompt_tokens_,
-      counter("pdserve_routed_prompt_tokens_total",
-              "Prompt tokens of routing decisions."));
+  PD_RETURN_IF_ERROR(
+      labelled("pdserve_routing_decisions_total",
+               "Routing decisions (one per try of a request), by path: "
+               "disaggregated (a prefill worker, then a decode worker) or "
+               "local_prefill (conditional disaggregation).",
+               "path", {"disaggregated", "local_prefill"}, routing_.data()));
+  PD_ASSIGN_OR_RETURN(routed_prompt_tokens_,
+                      counter("pdserve_routed_prompt_tokens_total",
+                              "Prompt tokens of routing decisions."));
   PD_ASSIGN_OR_RETURN(
       routed_cached_prompt_tokens_,
       counter("pdserve_routed_cached_prompt_tokens_total",

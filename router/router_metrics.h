@@ -52,8 +52,7 @@ enum class RoutingPath { kDisaggregated, kLocalPrefill };
 
 struct RouterMetricsOptions {
   std::string model;  // the served model name
-  std::vector<double> itl_buckets = metrics::DefaultItlBuckets();
-  std::vector<double> ttft_buckets = metrics::DefaultTtftBuckets();
+  metrics::LatencyBuckets buckets;
 };
 
 class RouterMetrics {

@@ -35,9 +35,9 @@ TEST(RouterMetricsTest, RequestsAreCountedByEndpointAndStatus) {
   const std::string text = metrics::RenderText(registry);
   EXPECT_THAT(text, HasSubstr(R"(pdserve_requests_total{model="smollm",)"
                               R"(endpoint="chat_completions",status="ok"} 2)"));
-  EXPECT_THAT(text,
-              HasSubstr(R"(pdserve_requests_total{model="smollm",)"
-                        R"(endpoint="generate",status="resource_exhausted"} 1)"));
+  EXPECT_THAT(
+      text, HasSubstr(R"(pdserve_requests_total{model="smollm",)"
+                      R"(endpoint="generate",status="resource_exhausted"} 1)"));
   EXPECT_THAT(text, HasSubstr(R"(pdserve_requests_total{model="smollm",)"
                               R"(endpoint="completions",status="unknown"} 1)"));
   // Series exist before their first event.
@@ -77,17 +77,17 @@ TEST(RouterMetricsTest, WorkerPoolsAreCountedAtScrapeTime) {
   metrics::Registry registry;
   std::unique_ptr<RouterMetrics> m = Make(&registry);
   int serving_decode = 2;
-  ASSERT_TRUE(m->AddWorkerPools([&](v1::WorkerRole role,
-                                    v1::WorkerState state) {
-                 if (role == v1::WORKER_ROLE_DECODE &&
-                     state == v1::WORKER_STATE_SERVING) {
-                   return serving_decode;
-                 }
-                 return role == v1::WORKER_ROLE_PREFILL &&
-                                state == v1::WORKER_STATE_DRAINING
-                            ? 1
-                            : 0;
-               }).ok());
+  ASSERT_TRUE(
+      m->AddWorkerPools([&](v1::WorkerRole role, v1::WorkerState state) {
+         if (role == v1::WORKER_ROLE_DECODE &&
+             state == v1::WORKER_STATE_SERVING) {
+           return serving_decode;
+         }
+         return role == v1::WORKER_ROLE_PREFILL &&
+                        state == v1::WORKER_STATE_DRAINING
+                    ? 1
+                    : 0;
+       }).ok());
   serving_decode = 3;
   const std::string text = metrics::RenderText(registry);
   EXPECT_THAT(text, HasSubstr(R"(pdserve_workers{model="smollm",pool="decode",)"

@@ -320,8 +320,7 @@ TEST_F(WorkerFaultTest, ClientCancelDuringPrefillStopsTheWork) {
       << prefill << ")";
   const absl::Duration took = absl::Now() - cancelled;
   // One cancellation, counted once, and the request ended as cancelled.
-  EXPECT_EQ(AwaitMetric("router", "pdserve_request_cancellations_total", {},
-                        1),
+  EXPECT_EQ(AwaitMetric("router", "pdserve_request_cancellations_total", {}, 1),
             1);
   EXPECT_EQ(Metric("router", "pdserve_requests_total",
                    {{"endpoint", "generate"}, {"status", "cancelled"}}),

@@ -144,8 +144,7 @@ std::map<std::string, v1::WorkerInfo> FaultTest::Workers() {
   return workers;
 }
 
-double FaultTest::Metric(const std::string& process,
-                         const std::string& family,
+double FaultTest::Metric(const std::string& process, const std::string& family,
                          const metrics::Labels& labels) {
   const cli::LocalProcess* p = cluster_->Find(process);
   if (p == nullptr || p->metrics_address.empty()) {

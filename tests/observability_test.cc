@@ -66,8 +66,8 @@ class ObservabilityTest : public ::testing::Test {
 TEST_F(ObservabilityTest, WorkersServeMetricsWhereTheyRegisteredThem) {
   StartCluster("metrics-where");
   absl::StatusOr<v1::ListWorkersResponse> listed =
-      cli::ListWorkers(cluster_->control_address(),
-                       v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(5));
+      cli::ListWorkers(cluster_->control_address(), v1::WORKER_ROLE_UNSPECIFIED,
+                       absl::Seconds(5));
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->workers_size(), 2);
   for (const v1::WorkerInfo& w : listed->workers()) {
@@ -136,8 +136,7 @@ TEST_F(ObservabilityTest, ARequestIdReachesEveryProcessAndItsLogLines) {
   const auto& initial = context.GetServerInitialMetadata();
   auto echoed = initial.find("x-request-id");
   ASSERT_NE(echoed, initial.end());
-  EXPECT_EQ(std::string(echoed->second.data(), echoed->second.size()),
-            grpc_id);
+  EXPECT_EQ(std::string(echoed->second.data(), echoed->second.size()), grpc_id);
 
   // Each process logged the request's steps under its id: the router its
   // arrival, route and end; the prefill worker the queue, the compute and
@@ -167,9 +166,9 @@ TEST_F(ObservabilityTest, ARequestIdReachesEveryProcessAndItsLogLines) {
   EXPECT_THAT(anonymous->get_header_value("x-request-id"),
               MatchesRegex("[0-9a-f]{32}"));
   // An id unfit for a header or a log line is refused, not echoed.
-  httplib::Result bad = http.Post(
-      "/v1/completions", {{"x-request-id", std::string(129, 'a')}},
-      R"({"prompt": [5, 6], "max_tokens": 2})", "application/json");
+  httplib::Result bad =
+      http.Post("/v1/completions", {{"x-request-id", std::string(129, 'a')}},
+                R"({"prompt": [5, 6], "max_tokens": 2})", "application/json");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400) << bad->body;
   EXPECT_EQ(bad->get_header_value("x-request-id"), "");

@@ -97,12 +97,12 @@ TEST_P(TransferFaultTest, RequestsAreRetriedAndNeverAnsweredFromBadKv) {
     // Each transfer the decode worker refused is one checksum failure on
     // both sides.
     const metrics::Labels checksum = {{"reason", "checksum"}};
-    EXPECT_EQ(Metric("decode-0", "pdserve_kv_transfer_failures_total",
-                     checksum),
-              refused);
-    EXPECT_EQ(Metric("prefill-0", "pdserve_kv_transfer_failures_total",
-                     checksum),
-              refused);
+    EXPECT_EQ(
+        Metric("decode-0", "pdserve_kv_transfer_failures_total", checksum),
+        refused);
+    EXPECT_EQ(
+        Metric("prefill-0", "pdserve_kv_transfer_failures_total", checksum),
+        refused);
   } else if (fault.refused == false) {
     EXPECT_EQ(refused, 0u);
   }

@@ -45,8 +45,7 @@ int RunWorker(int argc, char** argv, const WorkerMain& main) {
 
   // Outlives the role, whose serving core records to it.
   metrics::Registry registry;
-  if (absl::Status added = metrics::AddProcessMetrics(&registry);
-      !added.ok()) {
+  if (absl::Status added = metrics::AddProcessMetrics(&registry); !added.ok()) {
     PD_LOG(ERROR) << added;
     return 2;
   }
@@ -54,14 +53,14 @@ int RunWorker(int argc, char** argv, const WorkerMain& main) {
   metrics_options.model = model::ServedModelName(model_path);
   metrics_options.role = ShortRoleName(basics.role);
   metrics_options.worker_id = basics.worker_id;
-  absl::StatusOr<std::vector<double>> itl = metrics::ItlBucketsFromFlags();
-  absl::StatusOr<std::vector<double>> ttft = metrics::TtftBucketsFromFlags();
-  if (!itl.ok() || !ttft.ok()) {
-    PD_LOG(ERROR) << (itl.ok() ? ttft.status() : itl.status());
+  if (absl::StatusOr<metrics::LatencyBuckets> buckets =
+          metrics::LatencyBucketsFromFlags();
+      buckets.ok()) {
+    metrics_options.buckets = *std::move(buckets);
+  } else {
+    PD_LOG(ERROR) << buckets.status();
     return 2;
   }
-  metrics_options.itl_buckets = *std::move(itl);
-  metrics_options.ttft_buckets = *std::move(ttft);
   absl::StatusOr<std::unique_ptr<WorkerMetrics>> worker_metrics =
       WorkerMetrics::Create(&registry, metrics_options);
   if (!worker_metrics.ok()) {

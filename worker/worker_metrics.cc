@@ -13,8 +13,9 @@ constexpr const char* kTransferFailureNames[kNumTransferFailures] = {
 
 // A worker family: the labels every series has (model, role, worker_id),
 // then `extra_labels`.
-metrics::MetricOptions FamilyOptions(const char* name, const char* help,
-                               std::vector<std::string> extra_labels = {}) {
+metrics::MetricOptions FamilyOptions(
+    const char* name, const char* help,
+    std::vector<std::string> extra_labels = {}) {
   metrics::MetricOptions o;
   o.name = name;
   o.help = help;
@@ -74,12 +75,12 @@ absl::Status WorkerMetrics::Register() {
                         registry_->AddCounter(FamilyOptions(name, help)));
     return family->WithLabels(Views(labels_));
   };
-  auto histogram =
-      [&](const char* name, const char* help,
-          const std::vector<double>& bounds)
+  auto histogram = [&](const char* name, const char* help,
+                       const std::vector<double>& bounds)
       -> absl::StatusOr<metrics::Histogram*> {
-    PD_ASSIGN_OR_RETURN(metrics::HistogramFamily * family,
-                        registry_->AddHistogram(FamilyOptions(name, help), bounds));
+    PD_ASSIGN_OR_RETURN(
+        metrics::HistogramFamily * family,
+        registry_->AddHistogram(FamilyOptions(name, help), bounds));
     return family->WithLabels(Views(labels_));
   };
 
@@ -88,7 +89,7 @@ absl::Status WorkerMetrics::Register() {
       histogram("pdserve_engine_step_duration_seconds",
                 "Duration of one engine step (decode) or forward pass "
                 "(prefill), in seconds.",
-                options_.itl_buckets));
+                options_.buckets.itl));
   PD_ASSIGN_OR_RETURN(std::vector<double> batch_bounds,
                       metrics::ExponentialBuckets(1, 2, 10));
   PD_ASSIGN_OR_RETURN(
@@ -113,13 +114,13 @@ absl::Status WorkerMetrics::Register() {
                 "Prefill worker: request received to first token sampled. "
                 "Decode worker: StartDecode to first token streamed. In "
                 "seconds.",
-                options_.ttft_buckets));
+                options_.buckets.ttft));
   PD_ASSIGN_OR_RETURN(
       inter_token_latency,
       histogram("pdserve_worker_inter_token_latency_seconds",
                 "Decode worker: time between two tokens of one stream, in "
                 "seconds.",
-                options_.itl_buckets));
+                options_.buckets.itl));
   {
     PD_ASSIGN_OR_RETURN(
         metrics::CounterFamily * family,
@@ -138,7 +139,7 @@ absl::Status WorkerMetrics::Register() {
                 "Successful KV transfers: prefill worker, first layer "
                 "posted to the decode worker's acknowledgement; decode "
                 "worker, admission to verified KV. In seconds.",
-                options_.itl_buckets));
+                options_.buckets.itl));
   {
     PD_ASSIGN_OR_RETURN(
         metrics::CounterFamily * family,
@@ -180,24 +181,25 @@ absl::Status WorkerMetrics::AddGauges(WorkerGauges gauges) {
     auto read = gauges.requests;
     PD_RETURN_IF_ERROR(registry_->AddGaugeCallback(
         FamilyOptions("pdserve_worker_requests_running",
-                "Requests in the batch being computed (decode: sequences "
-                "in the running batch; prefill: prompts in the pass)."),
+                      "Requests in the batch being computed (decode: sequences "
+                      "in the running batch; prefill: prompts in the pass)."),
         [read, sample] { return Samples{sample(read().running)}; }));
     PD_RETURN_IF_ERROR(registry_->AddGaugeCallback(
         FamilyOptions("pdserve_worker_requests_waiting",
-                "Requests waiting on this worker: queued prompts, "
-                "preempted sequences, local prefills not yet scheduled."),
+                      "Requests waiting on this worker: queued prompts, "
+                      "preempted sequences, local prefills not yet scheduled."),
         [read, sample] { return Samples{sample(read().waiting)}; }));
   }
   if (gauges.kv_blocks) {
     auto read = gauges.kv_blocks;
     PD_RETURN_IF_ERROR(registry_->AddGaugeCallback(
-        FamilyOptions("pdserve_kv_cache_blocks",
-                "KV cache blocks by state: used (held by sequences), free "
-                "(allocatable; cached blocks nobody holds count), reserved "
-                "(held for transfers not yet complete), quarantined (of "
-                "reserved: late writes may still land).",
-                {"state"}),
+        FamilyOptions(
+            "pdserve_kv_cache_blocks",
+            "KV cache blocks by state: used (held by sequences), free "
+            "(allocatable; cached blocks nobody holds count), reserved "
+            "(held for transfers not yet complete), quarantined (of "
+            "reserved: late writes may still land).",
+            {"state"}),
         [read, sample] {
           const WorkerGauges::KvBlocks kv = read();
           return Samples{sample(kv.used, {"used"}), sample(kv.free, {"free"}),
@@ -206,36 +208,36 @@ absl::Status WorkerMetrics::AddGauges(WorkerGauges gauges) {
         }));
     PD_RETURN_IF_ERROR(registry_->AddGaugeCallback(
         FamilyOptions("pdserve_kv_cache_capacity_blocks",
-                "KV cache blocks in the pool."),
+                      "KV cache blocks in the pool."),
         [read, sample] { return Samples{sample(read().capacity)}; }));
     PD_RETURN_IF_ERROR(registry_->AddGaugeCallback(
         FamilyOptions("pdserve_kv_cache_usage_ratio",
-                "Share of the KV cache not free (1 - free / capacity), "
-                "0 to 1."),
+                      "Share of the KV cache not free (1 - free / capacity), "
+                      "0 to 1."),
         [read, sample] {
           const WorkerGauges::KvBlocks kv = read();
-          return Samples{sample(
-              kv.capacity > 0 ? 1.0 - kv.free / kv.capacity : 0.0)};
+          return Samples{
+              sample(kv.capacity > 0 ? 1.0 - kv.free / kv.capacity : 0.0)};
         }));
   }
   if (gauges.prefix_cache) {
     auto read = gauges.prefix_cache;
     PD_RETURN_IF_ERROR(registry_->AddCounterCallback(
         FamilyOptions("pdserve_prefix_cache_query_tokens_total",
-                "Prompt tokens looked up in this worker's prefix cache."),
+                      "Prompt tokens looked up in this worker's prefix cache."),
         [read, sample] { return Samples{sample(read().query_tokens)}; }));
     PD_RETURN_IF_ERROR(registry_->AddCounterCallback(
         FamilyOptions("pdserve_prefix_cache_hit_tokens_total",
-                "Of the prompt tokens looked up, those found in the "
-                "prefix cache (not computed again)."),
+                      "Of the prompt tokens looked up, those found in the "
+                      "prefix cache (not computed again)."),
         [read, sample] { return Samples{sample(read().hit_tokens)}; }));
   }
   if (gauges.draining) {
     auto read = gauges.draining;
     PD_RETURN_IF_ERROR(registry_->AddGaugeCallback(
         FamilyOptions("pdserve_worker_draining",
-                "1 while the worker drains (finishes its work, takes no "
-                "new work), else 0."),
+                      "1 while the worker drains (finishes its work, takes no "
+                      "new work), else 0."),
         [read, sample] { return Samples{sample(read() ? 1 : 0)}; }));
   }
   return absl::OkStatus();

@@ -56,14 +56,13 @@ inline constexpr int kNumTransferFailures = 5;
 TransferFailure TransferFailureOf(const absl::Status& status);
 
 struct WorkerMetricsOptions {
-  std::string model;      // the served model name
-  std::string role;       // "prefill", "decode" or "colocated"
+  std::string model;  // the served model name
+  std::string role;   // "prefill", "decode" or "colocated"
   std::string worker_id;
   // Upper bounds of the latency histograms (see metrics/buckets.h):
   // per-token (inter-token latency, engine step, transfer) and
   // per-request (time to first token).
-  std::vector<double> itl_buckets = metrics::DefaultItlBuckets();
-  std::vector<double> ttft_buckets = metrics::DefaultTtftBuckets();
+  metrics::LatencyBuckets buckets;
 };
 
 // What a role reads at scrape time. Unset callbacks export nothing.

@@ -83,20 +83,19 @@ TEST(WorkerMetricsTest, GaugesAreReadFromTheRoleAtScrapeTime) {
   const std::string text = metrics::RenderText(registry);
   const std::string labels =
       R"(model="smollm",role="decode",worker_id="decode-0")";
-  EXPECT_THAT(text, HasSubstr("pdserve_worker_requests_running{" + labels +
-                              "} 3\n"));
-  EXPECT_THAT(text, HasSubstr("pdserve_worker_requests_waiting{" + labels +
-                              "} 5\n"));
+  EXPECT_THAT(text,
+              HasSubstr("pdserve_worker_requests_running{" + labels + "} 3\n"));
+  EXPECT_THAT(text,
+              HasSubstr("pdserve_worker_requests_waiting{" + labels + "} 5\n"));
   EXPECT_THAT(text, HasSubstr("pdserve_kv_cache_blocks{" + labels +
                               R"(,state="free"} 25)"));
   EXPECT_THAT(text, HasSubstr("pdserve_kv_cache_blocks{" + labels +
                               R"(,state="quarantined"} 2)"));
-  EXPECT_THAT(text, HasSubstr("pdserve_kv_cache_usage_ratio{" + labels +
-                              "} 0.75\n"));
+  EXPECT_THAT(text,
+              HasSubstr("pdserve_kv_cache_usage_ratio{" + labels + "} 0.75\n"));
   EXPECT_THAT(text, HasSubstr("pdserve_prefix_cache_hit_tokens_total{" +
                               labels + "} 48\n"));
-  EXPECT_THAT(text,
-              HasSubstr("pdserve_worker_draining{" + labels + "} 1\n"));
+  EXPECT_THAT(text, HasSubstr("pdserve_worker_draining{" + labels + "} 1\n"));
 }
 
 TEST(WorkerMetricsTest, UnsetGaugesExportNothing) {

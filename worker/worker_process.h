@@ -10,8 +10,9 @@
 // Flags (all workers): --listen, --advertise_address, --router, --worker_id,
 // --port_file, --drain_timeout_ms, --metrics_listen (Prometheus GET
 // /metrics over plain HTTP, on by default; its address is registered with
-// the router and written to the port file after the gRPC port). The role-specific services are passed in
-// by the role (run_worker.h builds the rest of a worker process around it).
+// the router and written to the port file after the gRPC port). The
+// role-specific services are passed in by the role (run_worker.h builds the
+// rest of a worker process around it).
 #ifndef PDSERVE_WORKER_WORKER_PROCESS_H_
 #define PDSERVE_WORKER_WORKER_PROCESS_H_
 
@@ -69,8 +70,8 @@ std::string WorkerIdFromFlags(v1::WorkerRole role);
 
 // Fills what the worker registers and reports from its serving core, which
 // provides model_info(), transports(), Load(), TakeEvents(), inflight(),
-// BeginDrain() and MetricsGauges() (PrefillWorker, DecodeWorker). The model's id stays the
-// core's until the caller sets the served model name clients use.
+// BeginDrain() and MetricsGauges() (PrefillWorker, DecodeWorker). The model's
+// id stays the core's until the caller sets the served model name clients use.
 template <typename Worker>
 void ReportFrom(Worker* worker, WorkerProcessOptions* process) {
   process->model = worker->model_info();

@@ -147,8 +147,8 @@ class PrometheusScrapeTest : public ::testing::Test {
       std::cout << "PromQL: " << promql << "\n  => ERROR " << data.status()
                 << std::endl;
       ADD_FAILURE() << data.status();
-      return json::object({{"resultType", "vector"},
-                           {"result", json::array()}});
+      return json::object(
+          {{"resultType", "vector"}, {"result", json::array()}});
     }
     std::cout << "PromQL: " << promql << "\n  => "
               << testing::DescribeResult(*data) << std::endl;
@@ -224,10 +224,9 @@ TEST_F(PrometheusScrapeTest, CountersQuantilesDashboardAndPromtool) {
   bench.log_path = absl::StrCat(work_dir_, "/bench.log");
   auto bench_process = Subprocess::Start(bench);
   ASSERT_TRUE(bench_process.ok()) << bench_process.status();
-  absl::StatusOr<int> bench_status =
-      (*bench_process)->Wait(absl::Seconds(150));
-  ASSERT_TRUE(bench_status.ok()) << "pdctl bench did not finish: "
-                                 << cli::TailOfFile(bench.log_path);
+  absl::StatusOr<int> bench_status = (*bench_process)->Wait(absl::Seconds(150));
+  ASSERT_TRUE(bench_status.ok())
+      << "pdctl bench did not finish: " << cli::TailOfFile(bench.log_path);
   ASSERT_EQ(*bench_status, 0) << DescribeWaitStatus(*bench_status) << "\n"
                               << cli::TailOfFile(bench.log_path);
   const absl::Time bench_end = absl::Now();
@@ -267,8 +266,9 @@ TEST_F(PrometheusScrapeTest, CountersQuantilesDashboardAndPromtool) {
   // --- Counters: exactly the bench's counts.
   EXPECT_EQ(AskScalar(R"(sum(pdserve_requests_total{status="ok"}))"),
             ok_requests);
-  EXPECT_EQ(AskScalar(R"(sum(pdserve_requests_total{status!="ok"}) or vector(0))"),
-            0);
+  EXPECT_EQ(
+      AskScalar(R"(sum(pdserve_requests_total{status!="ok"}) or vector(0))"),
+      0);
   EXPECT_EQ(AskScalar("sum(pdserve_prompt_tokens_total)"), prompt_tokens);
   EXPECT_EQ(AskScalar("sum(pdserve_generation_tokens_total)"), output_tokens);
   EXPECT_EQ(AskScalar("sum(pdserve_request_success_total)"), ok_requests);
@@ -305,8 +305,7 @@ TEST_F(PrometheusScrapeTest, CountersQuantilesDashboardAndPromtool) {
   };
   EXPECT_EQ(exported_bounds("pdserve_time_to_first_token_seconds"),
             ttft_bounds);
-  EXPECT_EQ(exported_bounds("pdserve_inter_token_latency_seconds"),
-            itl_bounds);
+  EXPECT_EQ(exported_bounds("pdserve_inter_token_latency_seconds"), itl_bounds);
 
   struct QuantileCheck {
     std::string family;
@@ -346,8 +345,8 @@ TEST_F(PrometheusScrapeTest, CountersQuantilesDashboardAndPromtool) {
   ASSERT_TRUE(values.ok()) << values.status();
   (*values)["model"] = model;
   if (BreakMode() == "dashboard") {
-    queries->push_back({"broken on purpose",
-                        "sum(rate(pdserve_generation_token_total[1m]))"});
+    queries->push_back(
+        {"broken on purpose", "sum(rate(pdserve_generation_token_total[1m]))"});
   }
   auto names = prometheus_->MetricNames();
   ASSERT_TRUE(names.ok()) << names.status();
@@ -370,8 +369,9 @@ TEST_F(PrometheusScrapeTest, CountersQuantilesDashboardAndPromtool) {
     absl::StatusOr<std::string> text = testing::FetchMetrics(address);
     ASSERT_TRUE(text.ok()) << name << ": " << text.status();
     if (BreakMode() == "promtool" && name == "router") {
-      *text += "# HELP pdserve_broken Broken.\n# TYPE pdserve_broken counter\n"
-               "pdserve_broken 1\n";
+      *text +=
+          "# HELP pdserve_broken Broken.\n# TYPE pdserve_broken counter\n"
+          "pdserve_broken 1\n";
     }
     testing::PromtoolResult check =
         testing::PromtoolCheckMetrics(*text, work_dir_, name);

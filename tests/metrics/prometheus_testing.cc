@@ -79,10 +79,9 @@ absl::StatusOr<json> ParseApiAnswer(const httplib::Result& response,
                                             ", not JSON: ", response->body));
   }
   if (response->status != 200 || body.value("status", "") != "success") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": HTTP ", response->status, ": ",
-                     body.value("errorType", ""), ": ", body.value("error", ""),
-                     " ", response->body.substr(0, 500)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": HTTP ", response->status, ": ", body.value("errorType", ""),
+        ": ", body.value("error", ""), " ", response->body.substr(0, 500)));
   }
   return body["data"];
 }
@@ -130,10 +129,10 @@ absl::StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(
       if (ready && ready->status == 200) return server;
       absl::SleepFor(absl::Milliseconds(100));
     }
-    last = absl::UnavailableError(absl::StrCat(
-        "prometheus did not become ready on ", server->url_,
-        server->process_->running() ? " in time" : " (it exited)", "; log:\n",
-        cli::TailOfFile(server->log_path_)));
+    last = absl::UnavailableError(
+        absl::StrCat("prometheus did not become ready on ", server->url_,
+                     server->process_->running() ? " in time" : " (it exited)",
+                     "; log:\n", cli::TailOfFile(server->log_path_)));
   }
   return last;
 }
@@ -166,8 +165,8 @@ absl::Status PrometheusServer::AwaitScrapedAfter(absl::Time since,
         absl::Time last_scrape = absl::InfinitePast();
         std::string error;
         absl::ParseTime(absl::RFC3339_full,
-                        target.value("lastScrape", std::string()),
-                        &last_scrape, &error);
+                        target.value("lastScrape", std::string()), &last_scrape,
+                        &error);
         const std::string health = target.value("health", "");
         if (health != "up" || last_scrape < since) {
           pending.push_back(absl::StrCat(
@@ -234,13 +233,13 @@ std::string DescribeResult(const json& data) {
   for (const json& series : result) {
     std::vector<std::string> labels;
     for (const auto& [name, value] : series["metric"].items()) {
-      labels.push_back(absl::StrCat(name, "=\"", value.get<std::string>(), "\""));
+      labels.push_back(
+          absl::StrCat(name, "=\"", value.get<std::string>(), "\""));
     }
     const std::string value = series.contains("value")
                                   ? series["value"][1].get<std::string>()
                                   : "(range)";
-    parts.push_back(
-        absl::StrCat("{", absl::StrJoin(labels, ","), "} ", value));
+    parts.push_back(absl::StrCat("{", absl::StrJoin(labels, ","), "} ", value));
   }
   if (parts.empty()) return "(empty)";
   return absl::StrJoin(parts, "; ");
@@ -271,9 +270,9 @@ PromtoolResult PromtoolCheckMetrics(const std::string& text,
   std::ofstream(input) << text;
   std::ofstream(log).close();
   SubprocessOptions options;
-  options.argv = {"/bin/sh", "-c",
-                  absl::StrCat("exec ", kPromtoolBinary,
-                               " check metrics < '", input, "'")};
+  options.argv = {
+      "/bin/sh", "-c",
+      absl::StrCat("exec ", kPromtoolBinary, " check metrics < '", input, "'")};
   options.log_path = log;
   PromtoolResult result;
   auto promtool = Subprocess::Start(options);
@@ -286,7 +285,8 @@ PromtoolResult PromtoolCheckMetrics(const std::string& text,
   std::stringstream output;
   output << in.rdbuf();
   result.output = output.str();
-  if (status.ok() && WIFEXITED(*status)) result.exit_code = WEXITSTATUS(*status);
+  if (status.ok() && WIFEXITED(*status))
+    result.exit_code = WEXITSTATUS(*status);
   return result;
 }
 
@@ -345,7 +345,8 @@ absl::StatusOr<std::map<std::string, std::string>> DashboardDefaults(
 
 absl::StatusOr<std::string> SubstituteVariables(
     const std::string& expr, const std::map<std::string, std::string>& values) {
-  static const std::regex kVariable(R"(\$\{([A-Za-z0-9_]+)\}|\$([A-Za-z0-9_]+))");
+  static const std::regex kVariable(
+      R"(\$\{([A-Za-z0-9_]+)\}|\$([A-Za-z0-9_]+))");
   std::string out;
   auto begin = std::sregex_iterator(expr.begin(), expr.end(), kVariable);
   size_t last = 0;

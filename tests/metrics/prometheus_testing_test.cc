@@ -94,16 +94,18 @@ TEST_F(PrometheusHarnessTest, ScrapesAndAnswers) {
   auto tokens = (*prometheus)->QueryScalar("pdserve_demo_tokens_total");
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   EXPECT_GT(*tokens, 0);
-  auto itl = (*prometheus)->QueryScalar(
-      "histogram_quantile(0.5, sum by (le) "
-      "(pdserve_demo_inter_token_latency_seconds_bucket))");
+  auto itl = (*prometheus)
+                 ->QueryScalar(
+                     "histogram_quantile(0.5, sum by (le) "
+                     "(pdserve_demo_inter_token_latency_seconds_bucket))");
   ASSERT_TRUE(itl.ok()) << itl.status();
   EXPECT_GT(*itl, 0.0005);
   EXPECT_LT(*itl, 0.032);
 
   // A typo'd name is an empty answer, which QueryScalar reports.
-  EXPECT_EQ((*prometheus)->QueryScalar("pdserve_demo_tokenz_total").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      (*prometheus)->QueryScalar("pdserve_demo_tokenz_total").status().code(),
+      absl::StatusCode::kNotFound);
   // Bad PromQL is an error carrying Prometheus' message.
   auto bad = (*prometheus)->Query("sum(rate(x[1m])");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -112,9 +114,9 @@ TEST_F(PrometheusHarnessTest, ScrapesAndAnswers) {
 
   auto names = (*prometheus)->MetricNames();
   ASSERT_TRUE(names.ok()) << names.status();
-  EXPECT_NE(std::find(names->begin(), names->end(),
-                      "process_resident_memory_bytes"),
-            names->end());
+  EXPECT_NE(
+      std::find(names->begin(), names->end(), "process_resident_memory_bytes"),
+      names->end());
 }
 
 TEST_F(PrometheusHarnessTest, PromtoolPassesTheDemoAndRefusesBadNames) {
