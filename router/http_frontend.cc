@@ -221,7 +221,11 @@ class HttpFrontend::Impl {
     }
     // 503s (overload, no worker) are expected under load and not logged.
     if (http_status == 500) {
-      PD_LOG(WARNING) << "HTTP 500: " << status;
+      // A completion request's id is already on the response.
+      const std::string id = res.get_header_value(kRequestIdHeader);
+      PD_LOG(WARNING) << "HTTP 500"
+                      << (id.empty() ? "" : absl::StrCat(" for request ", id))
+                      << ": " << status;
     }
     SendJson(res, http_status, ErrorBody(status));
   }
