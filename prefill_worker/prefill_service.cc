@@ -79,9 +79,8 @@ void GrpcTransferCompleter::Release(const std::string& notify_address,
       stubs_.Get(notify_address)->Release(&context, release, &ignored);
   if (!status.ok()) {
     PD_LOG(WARNING) << "could not give transfer " << release.transfer_id()
-                    << " of request " << release.request_id()
-                    << " back to " << notify_address << ": "
-                    << status.error_message();
+                    << " of request " << release.request_id() << " back to "
+                    << notify_address << ": " << status.error_message();
   }
 }
 
