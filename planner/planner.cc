@@ -288,12 +288,20 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
   }
 
   // How far the profile is off: observed latency over the model's at the
-  // observed load and the ready workers. Only from warm, well-sampled
-  // intervals (a cold start's first requests are slow for other reasons).
+  // observed load and the ready workers. Only from steady intervals: warm
+  // and well sampled (a cold start's first requests are slow for other
+  // reasons), no backlog (latency then measures the queue a burst left,
+  // which the queue depth already plans for) and no scaling under way (the
+  // ready count was not the count all interval).
   d.observed_latency_s = prefill ? o.ttft_s : o.itl_s;
   const double samples = prefill ? o.ttft_samples : o.itl_samples;
   d.model_latency_s = pool.ready > 0 ? predict(observed, pool.ready) : 0;
-  if (d.observed_latency_s.has_value() && weight >= 1 &&
+  const bool steady = pool.queue_depth <= pool.ready &&
+                      pool.ready == current &&
+                      (!state.last_desired || *state.last_desired == current) &&
+                      state.ready_before == pool.ready;
+  state.ready_before = pool.ready;
+  if (d.observed_latency_s.has_value() && weight >= 1 && steady &&
       samples >= opt.min_correction_samples && d.model_latency_s > 0 &&
       d.model_latency_s < kOverloaded) {
     const double ratio = std::clamp(*d.observed_latency_s / d.model_latency_s,

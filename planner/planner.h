@@ -101,9 +101,12 @@ struct PlannerOptions {
   // 30 s intervals).
   double forecast_headroom_z = 1.5;
   // Latency correction: observed / model-predicted quantile, smoothed,
-  // clamped; only from intervals with this many samples.
+  // clamped; only from steady intervals with this many samples. The floor
+  // of 1 means a profile more pessimistic than the cluster is kept as
+  // margin (for what the forecast cannot see: bursts); lower it to let the
+  // planner run closer to the edge (docs/planner.md has the trade-off).
   double correction_alpha = 0.5;
-  double min_correction = 0.8, max_correction = 3.0;
+  double min_correction = 1.0, max_correction = 3.0;
   double min_correction_samples = 50;
   // Decode KV usage above this means more decode workers whatever the
   // model says: at least ready × usage / kv_usage_target.
@@ -172,6 +175,7 @@ class Planner {
  private:
   struct PoolState {
     double correction = 1;
+    int ready_before = -1;  // ready workers at the last decision
     std::optional<int> last_desired;
     double manual_until = -1;
     std::deque<std::pair<double, int>> need_down_history;  // (time, need)

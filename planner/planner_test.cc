@@ -106,7 +106,8 @@ class Loop {
     planner_ = std::move(*p);
   }
   Decision Step(double rate, double prompt = 128, double output = 100,
-                std::optional<double> ttft = std::nullopt) {
+                std::optional<double> ttft = std::nullopt,
+                double prefill_queue = 0) {
     Observation o;
     t_ += 30;
     o.time_s = t_;
@@ -116,7 +117,7 @@ class Loop {
     o.load.output.Add(output, o.load.requests);
     o.ttft_s = ttft;
     o.ttft_samples = ttft ? o.load.requests : 0;
-    o.prefill = {prefill_, prefill_, 0, 0};
+    o.prefill = {prefill_, prefill_, prefill_queue, 0};
     o.decode = {decode_, decode_, 0, 0.3};
     Decision d = planner_->Decide(o);
     prefill_ = d.prefill.desired;
@@ -288,6 +289,25 @@ TEST(PlannerTest, ObservedLatencyAboveTheModelAddsWorkers) {
   EXPECT_GT(b.prefill.correction, 2.0);
   EXPECT_GT(b.prefill.desired, a.prefill.desired);
   EXPECT_THAT(b.prefill.reasons[0], HasSubstr("latency correction"));
+}
+
+TEST(PlannerTest, LatencyOfABacklogIsNotTakenForASlowProfile) {
+  Loop loop;
+  for (int i = 0; i < 5; ++i) loop.Step(10);
+  const int before = loop.prefill();
+  // A burst left 200 prompts queued: TTFT is 10x the model's, but that is
+  // the queue (planned for through the queue depth), not the profile.
+  const double model =
+      PredictTtft(Profile(), Load(10, 128, 100), loop.prefill(), 0.99);
+  const Decision d = loop.Step(10, 128, 100, 10 * model, 200);
+  EXPECT_EQ(d.prefill.correction, 1);
+  // The backlog itself adds workers: 200 prompts to clear in 30 s.
+  EXPECT_GT(d.prefill.desired, before + 1);
+  // The same latency without a backlog is a slow profile.
+  Loop steady;
+  for (int i = 0; i < 5; ++i) steady.Step(10);
+  // (the ratio is clamped at 3, half of it taken at once).
+  EXPECT_DOUBLE_EQ(steady.Step(10, 128, 100, 10 * model).prefill.correction, 2);
 }
 
 TEST(PlannerTest, DecisionCarriesItsInputsAsJsonAndGauges) {
