@@ -386,10 +386,56 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
   return d;
 }
 
-Decision Planner::Decide(const Observation& o) {
+namespace {
+
+// Metrics can be missing or garbage (a scrape of a restarting process, a
+// counter reset read as a negative increase): what is not a finite,
+// non-negative number is taken as absent or zero, and said so.
+Observation Sanitized(const Observation& in, std::vector<std::string>* notes) {
+  Observation o = in;
+  auto fix = [&](double* v, const char* name) {
+    if (!std::isfinite(*v) || *v < 0) {
+      notes->push_back(absl::StrCat("ignored ", name, " = ", *v));
+      *v = 0;
+    }
+  };
+  auto fix_latency = [&](std::optional<double>* v, const char* name) {
+    if (v->has_value() && (!std::isfinite(**v) || **v < 0)) {
+      notes->push_back(absl::StrCat("ignored ", name, " = ", **v));
+      v->reset();
+    }
+  };
+  if (!(o.load.duration_s > 0) || !std::isfinite(o.load.duration_s)) {
+    notes->push_back(absl::StrCat("ignored interval duration ",
+                                  o.load.duration_s, " s: no load sample"));
+    o.load.duration_s = 1;
+    o.load.requests = 0;
+  }
+  fix(&o.load.requests, "requests");
+  fix(&o.cached_prompt_fraction, "cached prompt fraction");
+  o.cached_prompt_fraction = std::min(o.cached_prompt_fraction, 1.0);
+  fix_latency(&o.ttft_s, "TTFT");
+  fix_latency(&o.itl_s, "ITL");
+  fix(&o.ttft_samples, "TTFT samples");
+  fix(&o.itl_samples, "ITL samples");
+  for (PoolObservation* p : {&o.prefill, &o.decode}) {
+    fix(&p->queue_depth, "queue depth");
+    fix(&p->kv_usage, "KV usage");
+    p->configured = std::max(0, p->configured);
+    p->ready = std::max(0, p->ready);
+  }
+  return o;
+}
+
+}  // namespace
+
+Decision Planner::Decide(const Observation& raw) {
   const PlannerOptions& opt = options_;
+  std::vector<std::string> notes;
+  const Observation o = Sanitized(raw, &notes);
   predictor_.Observe(o.load);
   Decision d;
+  d.reasons = notes;
   d.time_s = o.time_s;
   const double duration = std::max(o.load.duration_s, 1e-9);
   d.observed_rate = o.load.requests / duration;

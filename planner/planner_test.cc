@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "nlohmann/json.hpp"
 
@@ -329,6 +330,31 @@ TEST(PlannerTest, DecisionCarriesItsInputsAsJsonAndGauges) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+TEST(PlannerTest, GarbageObservationsAreIgnoredNotTrusted) {
+  Loop loop(Options(), 3, 3);
+  for (int i = 0; i < 5; ++i) loop.Step(5);
+  const int prefill = loop.prefill(), decode = loop.decode();
+  Observation o;
+  o.time_s = 1000;
+  o.load.duration_s = 30;
+  o.load.requests = -50;  // a counter reset read as an increase
+  o.ttft_s = std::nan("");
+  o.ttft_samples = 1000;
+  o.itl_s = -1;
+  o.prefill = {prefill, prefill, std::numeric_limits<double>::infinity(), 0};
+  o.decode = {decode, decode, 0, std::nan("")};
+  auto planner = Planner::Create(Options(), Profile());
+  ASSERT_TRUE(planner.ok());
+  const Decision d = (*planner)->Decide(o);
+  EXPECT_EQ(d.observed_rate, 0);
+  EXPECT_FALSE(d.observed_ttft_s.has_value());
+  EXPECT_FALSE(d.observed_itl_s.has_value());
+  EXPECT_EQ(d.prefill.correction, 1);
+  EXPECT_LE(d.prefill.desired, prefill);  // no backlog of infinity
+  EXPECT_THAT(d.reasons[0], HasSubstr("ignored requests = -50"));
+  EXPECT_NO_THROW(nlohmann::json::parse(d.ToJson()));
 }
 
 TEST(PlannerTest, BadOptionsAreRefused) {
