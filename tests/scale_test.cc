@@ -311,10 +311,12 @@ TEST_F(HandOverTest, DecodeStreamsOutlivingTheDrainDeadlineAreMigrated) {
   constexpr int kDrainMs = 200;
   Start("handover-decode", 1, 2, {}, {},
         {{"decode-0", {absl::StrCat("--drain_timeout_ms=", kDrainMs)}}});
-  // Streams far longer than the drain deadline.
+  // Streams far longer than the drain deadline plus the second a worker's
+  // gRPC server gives calls when it shuts down (which alone let shorter
+  // streams finish when the worker simply cancelled them).
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 8; ++i) {
-    v1::GenerateRequest r = TokenRequest(40 + i, 300 + i, 300, vocab);
+    v1::GenerateRequest r = TokenRequest(40 + i, 300 + i, 900, vocab);
     if (i % 2 == 1) testing::Seed(&r, 90 + i);
     requests.push_back(r);
   }
@@ -322,6 +324,12 @@ TEST_F(HandOverTest, DecodeStreamsOutlivingTheDrainDeadlineAreMigrated) {
   const FaultedLoad load =
       SendAllWithFault(requests, EveryStreamHas(8), {"decode-0"}, SIGTERM);
   ASSERT_TRUE(load.fired());
+  // It exits 0 soon after its deadline, having handed its streams over.
+  cli::LocalProcess* drained = cluster_->Find("decode-0");
+  const absl::StatusOr<int> status = drained->process->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << "decode-0 did not exit after its hand-over";
+  EXPECT_EQ(*status, 0) << DescribeWaitStatus(*status);
+  const absl::Duration exited_after = absl::Now() - load.fault_at;
   FaultRow row =
       Score(absl::StrCat("SIGTERM a decode worker whose streams outlive its ",
                          kDrainMs, " ms drain deadline"),
@@ -340,15 +348,10 @@ TEST_F(HandOverTest, DecodeStreamsOutlivingTheDrainDeadlineAreMigrated) {
   // The router counts each migration once, and nothing else as one.
   EXPECT_EQ(Migrations(*cluster_), before + migrated);
 
-  // It exits 0 soon after its deadline: it waited for nothing it dropped.
-  cli::LocalProcess* drained = cluster_->Find("decode-0");
-  const absl::StatusOr<int> status = drained->process->Wait(absl::Seconds(20));
-  ASSERT_TRUE(status.ok()) << "decode-0 did not exit after its hand-over";
-  EXPECT_EQ(*status, 0) << DescribeWaitStatus(*status);
   const std::string log = cli::TailOfFile(drained->log_path, 1 << 20);
   EXPECT_TRUE(absl::StrContains(log, "back to the router")) << log;
   EXPECT_FALSE(absl::StrContains(log, "cancelling them")) << log;
-  row.recovery = absl::Now() - load.fault_at;
+  row.recovery = exited_after;
   row.recovery_what = absl::StrCat("SIGTERM -> exit 0; ", migrated,
                                    " streams migrated to decode-1");
   Report(row);
@@ -359,16 +362,25 @@ TEST_F(HandOverTest, DecodeStreamsOutlivingTheDrainDeadlineAreMigrated) {
 TEST_F(HandOverTest, PromptsQueuedAtThePrefillDrainDeadlineGoElsewhere) {
   OfflineEngine offline(SlowTinyModelPath());
   const int32_t vocab = offline.model().config().vocab_size;
+  // The decode worker holds every prompt's KV at once.
   Start("handover-prefill", 2, 1, {}, {},
-        {{"prefill-0", {"--drain_timeout_ms=50"}}});
-  // Long prompts, so that each prefill worker has a queue.
+        {{"prefill-0", {"--drain_timeout_ms=50"}},
+         {"decode-0", {"--kv_cache_mb=256"}}});
+  // Long prompts, so that each prefill worker has a queue that takes
+  // seconds: longer than its drain deadline plus the second its gRPC server
+  // gives calls when it shuts down.
   std::vector<v1::GenerateRequest> requests;
-  for (int i = 0; i < 12; ++i) {
-    requests.push_back(TokenRequest(500 + i * 10, 500 + i, 4, vocab));
+  for (int i = 0; i < 32; ++i) {
+    requests.push_back(TokenRequest(800 + i * 5, 500 + i, 2, vocab));
   }
   const FaultedLoad load =
       SendAllWithFault(requests, AnyAnswer(), {"prefill-0"}, SIGTERM);
   ASSERT_TRUE(load.fired());
+  cli::LocalProcess* drained = cluster_->Find("prefill-0");
+  const absl::StatusOr<int> status = drained->process->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << "prefill-0 did not exit after its hand-over";
+  EXPECT_EQ(*status, 0) << DescribeWaitStatus(*status);
+  const absl::Duration exited_after = absl::Now() - load.fault_at;
   FaultRow row =
       Score("SIGTERM a prefill worker with a queue and a 50 ms drain deadline",
             requests, load.got, offline);
@@ -382,11 +394,7 @@ TEST_F(HandOverTest, PromptsQueuedAtThePrefillDrainDeadlineGoElsewhere) {
   }
   EXPECT_GT(retried, 0) << "prefill-0 had nothing queued at its deadline: "
                            "the test proves nothing";
-  cli::LocalProcess* drained = cluster_->Find("prefill-0");
-  const absl::StatusOr<int> status = drained->process->Wait(absl::Seconds(20));
-  ASSERT_TRUE(status.ok()) << "prefill-0 did not exit after its hand-over";
-  EXPECT_EQ(*status, 0) << DescribeWaitStatus(*status);
-  row.recovery = absl::Now() - load.fault_at;
+  row.recovery = exited_after;
   row.recovery_what =
       absl::StrCat("SIGTERM -> exit 0; ", retried,
                    " prompts handed back and prefilled on prefill-1");
