@@ -372,12 +372,12 @@ TEST_F(HandOverTest, PromptsQueuedAtThePrefillDrainDeadlineGoElsewhere) {
   Start("handover-prefill", 2, 1, {}, {},
         {{"prefill-0", {"--drain_timeout_ms=50"}},
          {"decode-0", {"--kv_cache_mb=256"}}});
-  // Long prompts, so that each prefill worker has a queue that takes
-  // seconds: longer than its drain deadline plus the second its gRPC server
-  // gives calls when it shuts down.
+  // Long prompts, so that each prefill worker has a queue when the first
+  // answer comes; few enough that prefill-1 computes them all within the
+  // decode worker's 20 s reservations even under AddressSanitizer.
   std::vector<v1::GenerateRequest> requests;
-  for (int i = 0; i < 32; ++i) {
-    requests.push_back(TokenRequest(800 + i * 5, 500 + i, 2, vocab));
+  for (int i = 0; i < 12; ++i) {
+    requests.push_back(TokenRequest(500 + i * 10, 500 + i, 2, vocab));
   }
   const FaultedLoad load =
       SendAllWithFault(requests, AnyAnswer(), {"prefill-0"}, SIGTERM);
