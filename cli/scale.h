@@ -12,8 +12,10 @@
 //                  supervisor once the scale is done (or refused).
 //
 // The supervisor looks for a request between two polls of its processes
-// (every 200 ms), takes it (removes the file), carries it out while it
-// keeps polling the other processes, and writes the result; pdctl scale
+// (every 200 ms), takes it (removes the file), carries it out, and writes
+// the result. It keeps polling its other processes between two worker
+// starts and while drained workers wind down (a crash meanwhile is
+// restarted), though not during one worker's start-up; pdctl scale
 // waits for the result bearing its ID and prints it. Files rather than a
 // socket: nothing to bind, to find or to authenticate (whoever may write
 // the work folder may already stop the cluster), no listener to keep alive,
