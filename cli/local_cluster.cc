@@ -92,6 +92,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
   cluster->options_ = options;
+  cluster->prefill_bin_ = prefill_bin;
+  cluster->decode_bin_ = decode_bin;
   const absl::Time give_up = absl::Now() + options.startup_timeout;
 
   std::vector<std::string> model_args;
@@ -121,45 +123,76 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     cluster->http_url_ = absl::StrCat("http://127.0.0.1:", router_ports[2]);
   }
 
-  struct WorkerSpec {
-    std::string name;
-    std::string binary;
-    std::vector<std::string> extra;
-  };
-  std::vector<WorkerSpec> workers;
-  for (int i = 0; i < options.num_prefill; ++i) {
-    workers.push_back({absl::StrCat("prefill-", i), prefill_bin, {}});
-  }
-  for (int i = 0; i < options.num_decode; ++i) {
-    workers.push_back({absl::StrCat("decode-", i), decode_bin, {}});
-  }
-  for (int i = 0; i < options.num_colocated; ++i) {
-    workers.push_back(
-        {absl::StrCat("colocated-", i), decode_bin, {"--colocated"}});
-  }
-  for (const WorkerSpec& spec : workers) {
-    std::vector<std::string> args = {
-        "--listen=127.0.0.1:0",
-        absl::StrCat("--router=", cluster->control_address_),
-        absl::StrCat("--worker_id=", spec.name)};
-    args.insert(args.end(), model_args.begin(), model_args.end());
-    args.insert(args.end(), spec.extra.begin(), spec.extra.end());
-    args.insert(args.end(), options.worker_args.begin(),
-                options.worker_args.end());
-    if (auto own = options.process_args.find(spec.name);
-        own != options.process_args.end()) {
-      args.insert(args.end(), own->second.begin(), own->second.end());
+  std::vector<std::string> names;
+  for (const auto& [pool, count] :
+       {std::pair<std::string, int>{"prefill", options.num_prefill},
+        {"decode", options.num_decode},
+        {"colocated", options.num_colocated}}) {
+    for (int i = 0; i < count; ++i) {
+      const std::string name = absl::StrCat(pool, "-", i);
+      cluster->last_index_[pool] = i;
+      PD_ASSIGN_OR_RETURN(
+          LocalProcess worker,
+          cluster->Launch(name, pool == "prefill" ? prefill_bin : decode_bin,
+                          cluster->WorkerArgs(name, pool), give_up));
+      cluster->processes_.push_back(std::move(worker));
+      names.push_back(name);
     }
-    PD_ASSIGN_OR_RETURN(LocalProcess worker,
-                        cluster->Launch(spec.name, spec.binary, args, give_up));
-    cluster->processes_.push_back(std::move(worker));
   }
 
   // Ready when the router lists every worker as SERVING.
-  std::vector<std::string> names;
-  for (const WorkerSpec& spec : workers) names.push_back(spec.name);
   PD_RETURN_IF_ERROR(cluster->AwaitServing(names, give_up));
   return cluster;
+}
+
+std::vector<std::string> LocalCluster::WorkerArgs(
+    const std::string& name, const std::string& pool) const {
+  std::vector<std::string> args = {"--listen=127.0.0.1:0",
+                                   absl::StrCat("--router=", control_address_),
+                                   absl::StrCat("--worker_id=", name)};
+  if (!options_.model_path.empty()) {
+    args.push_back(absl::StrCat("--model=", options_.model_path));
+  }
+  if (pool == "colocated") args.push_back("--colocated");
+  args.insert(args.end(), options_.worker_args.begin(),
+              options_.worker_args.end());
+  if (auto own = options_.process_args.find(name);
+      own != options_.process_args.end()) {
+    args.insert(args.end(), own->second.begin(), own->second.end());
+  }
+  return args;
+}
+
+absl::StatusOr<std::string> LocalCluster::AddWorker(const std::string& pool,
+                                                    absl::Duration timeout) {
+  if (pool != "prefill" && pool != "decode" && pool != "colocated") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no pool '", pool, "' (prefill, decode or colocated)"));
+  }
+  auto last = last_index_.find(pool);
+  const int index = last == last_index_.end() ? 0 : last->second + 1;
+  const std::string name = absl::StrCat(pool, "-", index);
+  const absl::Time give_up = absl::Now() + timeout;
+  last_index_[pool] = index;
+  PD_ASSIGN_OR_RETURN(
+      LocalProcess worker,
+      Launch(name, pool == "prefill" ? prefill_bin_ : decode_bin_,
+             WorkerArgs(name, pool), give_up));
+  processes_.push_back(std::move(worker));
+  PD_RETURN_IF_ERROR(AwaitServing({name}, give_up));
+  return name;
+}
+
+absl::Status LocalCluster::Remove(const std::string& name) {
+  for (size_t i = 1; i < processes_.size(); ++i) {
+    if (processes_[i].name != name) continue;
+    if (processes_[i].process->running()) {
+      return absl::FailedPreconditionError(absl::StrCat(name, " still runs"));
+    }
+    processes_.erase(processes_.begin() + i);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("no worker named '", name, "'"));
 }
 
 absl::Status LocalCluster::AwaitServing(const std::vector<std::string>& names,

@@ -97,6 +97,19 @@ class LocalCluster {
   // call (a process just killed gets that second to be reaped).
   absl::Status Restart(const std::string& name, absl::Duration timeout);
 
+  // Starts one more worker of `pool` ("prefill", "decode" or "colocated")
+  // with the flags Start gives that pool, named POOL-I with I one past the
+  // highest index that pool has used (names are never reused, so a new
+  // worker is never taken for an old one's lingering registration), and
+  // waits until the router lists it as SERVING. Returns its name. Appending
+  // invalidates pointers into processes(); look processes up by name.
+  absl::StatusOr<std::string> AddWorker(const std::string& pool,
+                                        absl::Duration timeout);
+
+  // Forgets a worker that has exited (scaled down). FAILED_PRECONDITION
+  // while it runs; the router cannot be removed.
+  absl::Status Remove(const std::string& name);
+
   // SIGTERM to workers (they drain and deregister), then the router; each
   // gets `grace` before SIGKILL. Errors list every process that did not
   // exit cleanly (code 0) or had already died.
@@ -112,6 +125,9 @@ class LocalCluster {
                                       std::vector<std::string> args,
                                       absl::Time give_up,
                                       std::vector<int>* ports = nullptr);
+  // A worker's flags, as Start and AddWorker give them.
+  std::vector<std::string> WorkerArgs(const std::string& name,
+                                      const std::string& pool) const;
   // Waits until the router lists every worker in `names` as SERVING.
   absl::Status AwaitServing(const std::vector<std::string>& names,
                             absl::Time give_up);
@@ -120,6 +136,10 @@ class LocalCluster {
   std::vector<LocalProcess> processes_;
   std::string control_address_;
   std::string http_url_;
+  std::string prefill_bin_;
+  std::string decode_bin_;
+  // By pool: the highest worker index used so far.
+  std::map<std::string, int> last_index_;
 };
 
 // Finds `relative` ("router/pd-router") under bin_dir, falling back to its

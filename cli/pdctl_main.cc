@@ -14,6 +14,13 @@
 //                  last minute (cli/top_view.h); refreshes in place on a
 //                  terminal, plain frames separated by a blank line elsewhere
 //   pdctl drain    WORKER_ID [--deadline_ms=N]
+//   pdctl scale    POOL N [--deadline_ms=N]   resizes a pool (prefill,
+//                  decode, colocated) of the local cluster `up` started:
+//                  new workers get work once SERVING; removed ones drain
+//                  within --deadline_ms, then hand what still runs back to
+//                  the router, which migrates it (cli/scale.h). Concurrent
+//                  scales wait their turn; a cluster left with no decode
+//                  or colocated worker is refused
 //   pdctl policy   [round_robin|least_loaded|kv_aware]
 //                  [--local_prefill_max_uncached_tokens=N]
 //                  shows, or sets at run time, the router's routing policy
@@ -48,6 +55,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -57,6 +65,7 @@
 #include "cli/bench_command.h"
 #include "cli/generate_client.h"
 #include "cli/local_cluster.h"
+#include "cli/scale.h"
 #include "cli/supervisor.h"
 #include "cli/top_scrape.h"
 #include "cli/top_view.h"
@@ -106,7 +115,8 @@ ABSL_FLAG(int32_t, stable_uptime_s, 60,
           "up: a process that ran this long before crashing starts a new "
           "count of crashes");
 ABSL_FLAG(int32_t, deadline_ms, 60000,
-          "drain: time allowed for in-flight work");
+          "drain, scale: time a drained worker is allowed for its in-flight "
+          "work; what still runs then is migrated to other workers");
 ABSL_FLAG(int32_t, local_prefill_max_uncached_tokens, -1,
           "policy: conditional disaggregation threshold (-1: keep)");
 ABSL_FLAG(std::string, prompt, "", "generate: the prompt");
@@ -309,6 +319,49 @@ int Drain(const std::vector<char*>& args) {
   return 0;
 }
 
+int Scale(const std::vector<char*>& args) {
+  if (args.size() != 4) {
+    std::cerr << "usage: pdctl scale POOL N   (POOL: prefill, decode or "
+                 "colocated; N >= 0)\n";
+    return 2;
+  }
+  ScaleRequest request;
+  request.pool = args[2];
+  if (absl::Status pool = CheckPoolName(request.pool); !pool.ok()) {
+    std::cerr << "pdctl: " << pool.message() << "\n";
+    return 2;
+  }
+  if (!absl::SimpleAtoi(args[3], &request.replicas) || request.replicas < 0) {
+    std::cerr << "pdctl: the number of workers must be a whole number >= 0, "
+                 "not '"
+              << args[3] << "'\n";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_deadline_ms) <= 0) {
+    std::cerr << "pdctl: --deadline_ms must be positive\n";
+    return 2;
+  }
+  request.drain_deadline = absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms));
+  if (!LiveSupervisor().has_value()) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "no local cluster is up (", StateFile(),
+        "); pdctl scale resizes a cluster started with pdctl up")));
+  }
+  request.id = absl::StrCat(::getpid(), "-", absl::ToUnixMicros(absl::Now()));
+  // Room for the drain and hand-back of every removed worker (they drain
+  // together), or for starting each new worker in turn.
+  const absl::Duration timeout =
+      request.drain_deadline + absl::Seconds(60) +
+      absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s)) *
+          std::max(1, request.replicas);
+  absl::StatusOr<std::string> report = RequestScale(
+      WorkDir(), request, timeout, [] { return LiveSupervisor().has_value(); },
+      std::cerr);
+  if (!report.ok()) return Fail(report.status());
+  std::cout << *report << "\n";
+  return 0;
+}
+
 int Policy(const std::vector<char*>& args) {
   const std::string router = absl::GetFlag(FLAGS_router);
   absl::StatusOr<v1::GetRoutingPolicyResponse> current =
@@ -468,9 +521,28 @@ int Supervise(const LocalClusterOptions& options) {
   std::cout << "cluster ready; router gRPC " << (*cluster)->router_address()
             << ", HTTP " << (*cluster)->http_url() << "/v1, control "
             << (*cluster)->control_address() << std::endl;
-  while (!WaitForTerminationSignal(absl::Milliseconds(200)).has_value()) {
+  auto tick = [&] {
     if (supervisor.Poll(absl::Now(), options.startup_timeout)) {
       WriteStateFile(**cluster, supervisor);
+    }
+  };
+  while (!WaitForTerminationSignal(absl::Milliseconds(200)).has_value()) {
+    tick();
+    // pdctl scale's requests (cli/scale.h), one at a time; a termination
+    // signal meanwhile waits for the scale to end.
+    std::string id;
+    if (std::optional<absl::StatusOr<ScaleRequest>> taken =
+            TakeScaleRequest(options.work_dir, &id)) {
+      std::cout << "scale request " << id << std::endl;
+      const absl::StatusOr<std::string> result =
+          taken->ok() ? ScaleLocalCluster(**cluster, supervisor, **taken,
+                                          options.startup_timeout, tick)
+                      : absl::StatusOr<std::string>(taken->status());
+      WriteStateFile(**cluster, supervisor);
+      std::cout << "scale " << id << ": "
+                << (result.ok() ? *result : result.status().ToString())
+                << std::endl;
+      if (!id.empty()) WriteScaleResult(options.work_dir, id, result);
     }
   }
   std::cout << "stopping the cluster" << std::endl;
@@ -512,6 +584,9 @@ int Up() {
     }
     std::remove(StateFile().c_str());  // left by a supervisor that died
   }
+  // Scale requests nobody took, and results nobody read, are stale.
+  std::remove(ScaleRequestPath(options.work_dir).c_str());
+  std::remove(ScaleResultPath(options.work_dir).c_str());
   std::cout << "starting router, " << options.num_prefill << " prefill, "
             << options.num_decode << " decode and " << options.num_colocated
             << " colocated workers (logs in " << options.work_dir << ")"
@@ -610,6 +685,8 @@ int main(int argc, char** argv) {
       "  status             pools and workers\n"
       "  top                live view of pools and workers from /metrics\n"
       "  drain WORKER_ID    stop sending work to a worker and let it exit\n"
+      "  scale POOL N       resize a pool of the local cluster (prefill,\n"
+      "                     decode, colocated); no request is dropped\n"
       "  policy [NAME]      show or set the routing policy\n"
       "  generate           stream an answer through the router\n"
       "  health ADDRESS     grpc.health.v1 check (exit 0 when SERVING)\n"
@@ -625,6 +702,7 @@ int main(int argc, char** argv) {
   if (command == "status") return pdserve::cli::Status();
   if (command == "top") return pdserve::cli::Top();
   if (command == "drain") return pdserve::cli::Drain(args);
+  if (command == "scale") return pdserve::cli::Scale(args);
   if (command == "policy") return pdserve::cli::Policy(args);
   if (command == "generate") return pdserve::cli::Generate();
   if (command == "health") return pdserve::cli::Health(args);

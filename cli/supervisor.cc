@@ -28,6 +28,8 @@ const char* SupervisedStateName(SupervisedState state) {
       return "crash-loop";
     case SupervisedState::kLeft:
       return "left";
+    case SupervisedState::kLeaving:
+      return "leaving";
   }
   return "unknown";
 }
@@ -124,12 +126,71 @@ bool Supervisor::Poll(absl::Time now, absl::Duration restart_timeout) {
                   << std::endl;
         break;
       }
+      case SupervisedState::kLeaving: {
+        if (process->process->running()) break;
+        changed = true;
+        const absl::StatusOr<int> status =
+            process->process->Wait(absl::ZeroDuration());
+        record.state = SupervisedState::kLeft;
+        record.last_exit = status.ok() ? DescribeWaitStatus(*status) : "exited";
+        std::cout << record.name << " scaled down (" << record.last_exit << ")"
+                  << std::endl;
+        break;
+      }
       case SupervisedState::kCrashLoop:
       case SupervisedState::kLeft:
         break;
     }
   }
   return changed;
+}
+
+void Supervisor::AdoptNew(absl::Time now) {
+  for (const LocalProcess& p : cluster_.processes()) {
+    if (Find(p.name) != nullptr) continue;
+    SupervisedProcess record;
+    record.name = p.name;
+    record.started = now;
+    records_.push_back(std::move(record));
+  }
+}
+
+bool Supervisor::Retire(const std::string& name) {
+  for (SupervisedProcess& record : records_) {
+    if (record.name != name) continue;
+    const LocalProcess* process = cluster_.Find(name);
+    if (record.state == SupervisedState::kRunning &&
+        process->process->running()) {
+      record.state = SupervisedState::kLeaving;
+    } else if (record.state != SupervisedState::kLeft) {
+      // Down already (or just exited, which Poll has not seen): nothing to
+      // drain, and no restart is due any more.
+      if (!process->process->running()) {
+        const absl::StatusOr<int> status =
+            process->process->Wait(absl::ZeroDuration());
+        if (status.ok()) record.last_exit = DescribeWaitStatus(*status);
+      }
+      record.state = process->process->running() ? SupervisedState::kLeaving
+                                                 : SupervisedState::kLeft;
+    }
+    return true;
+  }
+  return false;
+}
+
+void Supervisor::Forget(const std::string& name) {
+  records_.erase(std::remove_if(records_.begin(), records_.end(),
+                                [&](const SupervisedProcess& r) {
+                                  return r.name == name;
+                                }),
+                 records_.end());
+}
+
+const SupervisedProcess* Supervisor::Find(const std::string& name) const {
+  for (const SupervisedProcess& r : records_) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
 }
 
 }  // namespace pdserve::cli

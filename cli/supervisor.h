@@ -6,6 +6,8 @@
 // What each exit means:
 //   - a worker that exits 0 was drained (pdctl drain, SIGTERM): it has left
 //     the cluster and is not started again;
+//   - a worker being scaled down (Retire) has left whatever its exit: it is
+//     not started again, and how it ended is kept for the scale's report;
 //   - any other worker exit, and any router exit, is a crash: the process is
 //     started again with its original flags (the router on its old
 //     addresses, see LocalCluster::Restart) once its backoff has passed;
@@ -52,11 +54,13 @@ enum class SupervisedState {
   kBackingOff,
   // Crashed crash_loop_limit times in a row; left down.
   kCrashLoop,
-  // Exited 0 after a drain; left the cluster.
+  // Exited 0 after a drain, or scaled down; left the cluster.
   kLeft,
+  // Being scaled down (draining); becomes kLeft when it exits.
+  kLeaving,
 };
 
-// "running", "backing-off", "crash-loop", "left".
+// "running", "backing-off", "crash-loop", "left", "leaving".
 const char* SupervisedStateName(SupervisedState state);
 
 // What the supervisor knows of one process (pdctl status shows it).
@@ -89,6 +93,19 @@ class Supervisor {
 
   // In the cluster's process order, the router first.
   const std::vector<SupervisedProcess>& processes() const { return records_; }
+
+  // Supervises the cluster's processes that have no record yet (workers a
+  // scale-up added), as started at `now`.
+  void AdoptNew(absl::Time now);
+  // `name` is being scaled down: it is never started again; one not
+  // running (backing off, crash-looping) has left at once. False if there
+  // is no such process.
+  bool Retire(const std::string& name);
+  // Drops the record of a process that has left (its cluster entry goes
+  // too, see LocalCluster::Remove).
+  void Forget(const std::string& name);
+  // The record named `name`, or nullptr.
+  const SupervisedProcess* Find(const std::string& name) const;
 
  private:
   // A process under `record.name` ended with `how`; decides what next.

@@ -26,6 +26,7 @@ TEST(RestartPolicyTest, StateNamesAreWhatStatusPrints) {
                "backing-off");
   EXPECT_STREQ(SupervisedStateName(SupervisedState::kCrashLoop), "crash-loop");
   EXPECT_STREQ(SupervisedStateName(SupervisedState::kLeft), "left");
+  EXPECT_STREQ(SupervisedStateName(SupervisedState::kLeaving), "leaving");
 }
 
 }  // namespace

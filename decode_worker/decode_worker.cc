@@ -130,6 +130,48 @@ absl::Status DecodeWorker::Start(const std::string& address) {
 
 void DecodeWorker::BeginDrain() { draining_ = true; }
 
+uint32_t DecodeWorker::HandBack() {
+  draining_ = true;
+  std::vector<engine::RequestId> running;
+  std::vector<std::string> admitted;
+  std::vector<int64_t> verified;
+  KvAdmissions* admissions;
+  {
+    absl::MutexLock lock(&mu_);
+    handing_back_ = true;
+    admissions = admissions_.get();
+    for (auto& [id, d] : decodes_) {
+      d->handed_back = true;
+      running.push_back(id);
+    }
+    for (const auto& [transfer_id, t] : transfers_) {
+      if (t.verified) {
+        verified.push_back(t.reservation);
+      } else {
+        admitted.push_back(transfer_id);
+      }
+    }
+    transfers_.clear();
+  }
+  // Outside mu_: the engine thread holds its lock while it takes mu_. Each
+  // cancelled stream ends in OnOutput, which sees handed_back.
+  for (engine::RequestId id : running) engine_->Cancel(id);
+  for (int64_t id : verified) engine_->ReleaseTransfer(id);
+  for (const std::string& id : admitted) {
+    // A prefill worker may still be writing: the blocks wait out the
+    // quarantine. Its completion notice then finds no transfer and its
+    // router retries the request.
+    admissions->Release(id, /*writes_quiesced=*/false, absl::Now())
+        .IgnoreError();
+  }
+  if (!running.empty() || !admitted.empty() || !verified.empty()) {
+    PD_LOG(INFO) << "drain deadline: handing " << running.size()
+                 << " stream(s) and " << admitted.size() + verified.size()
+                 << " transfer(s) back to the router";
+  }
+  return running.size() + admitted.size() + verified.size();
+}
+
 KvAdmissions* DecodeWorker::admissions() {
   absl::MutexLock lock(&mu_);
   return admissions_.get();
@@ -328,6 +370,13 @@ absl::Status DecodeWorker::StartDecode(const v1::StartDecodeRequest& request,
       request.kv_source_case() == v1::StartDecodeRequest::kLocalPrefill) {
     return absl::UnavailableError("decode worker is draining");
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (handing_back_) {
+      return absl::UnavailableError(
+          "decode worker draining: its drain deadline passed");
+    }
+  }
   auto decode = std::make_shared<Decode>();
   decode->request_id = request.request_id();
   decode->attempt = request.attempt();
@@ -395,8 +444,16 @@ absl::Status DecodeWorker::StartDecode(const v1::StartDecodeRequest& request,
                 << (decode->local_prefill ? " after a local prefill of "
                                           : " after a transferred prompt of ")
                 << decode->num_prompt_tokens << " tokens";
-  absl::MutexLock lock(&mu_);
-  if (!decode->finished) decodes_[*id] = decode;
+  bool hand_back = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!decode->finished) {
+      decodes_[*id] = decode;
+      // HandBack ran since the check above: this one goes back too.
+      hand_back = decode->handed_back = handing_back_;
+    }
+  }
+  if (hand_back) engine_->Cancel(*id);
   return absl::OkStatus();
 }
 
@@ -418,6 +475,7 @@ void DecodeWorker::OnOutput(const std::shared_ptr<Decode>& decode,
     metrics_->generated_tokens->Inc(out.token_ids.size());
   }
   const bool last = out.finish != engine::RequestFinish::kNone;
+  bool handed_back = false;
   if (last) {
     PD_LOG(DEBUG) << "request " << d.request_id << " attempt " << d.attempt
                   << ": decode ended (" << FinishName(out.finish) << ") after "
@@ -425,6 +483,18 @@ void DecodeWorker::OnOutput(const std::shared_ptr<Decode>& decode,
     absl::MutexLock lock(&mu_);
     d.finished = true;
     decodes_.erase(out.id);
+    handed_back = d.handed_back;
+  }
+  if (handed_back && out.finish == engine::RequestFinish::kCancelled) {
+    // Not a final chunk: the router migrates the stream, continuing after
+    // the tokens it already forwarded (none of this output carries any).
+    PD_LOG(DEBUG) << "request " << d.request_id << " attempt " << d.attempt
+                  << ": handed back after " << d.outputs << " outputs";
+    if (d.sink.on_end) {
+      d.sink.on_end(absl::UnavailableError(
+          "decode worker draining: stream handed back for migration"));
+    }
+    return;
   }
   if (out.finish == engine::RequestFinish::kError) {
     PD_LOG(WARNING) << "request " << d.request_id << " failed: " << out.error;

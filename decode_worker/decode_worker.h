@@ -94,6 +94,14 @@ class DecodeWorker {
   absl::Status Start(const std::string& address);
   // From now on Admit and StartDecode refuse with UNAVAILABLE.
   void BeginDrain();
+  // The drain deadline passed: every stream still running ends, after the
+  // tokens it already sent, with UNAVAILABLE ("decode worker draining"),
+  // which the router answers by migrating it (prompt + tokens sent
+  // re-prefilled on another worker, the stream continuing with the next
+  // token); transfers not yet decoding are given back (their router
+  // retries), and StartDecode refuses from now on. Returns the streams and
+  // transfers handed back.
+  uint32_t HandBack();
 
   // ---- The DecodeWorker service (proto/worker.proto) --------------------
   absl::StatusOr<v1::AdmitResponse> Admit(const v1::AdmitRequest& request);
@@ -148,6 +156,8 @@ class DecodeWorker {
     int32_t outputs = 0;
     // Guarded by DecodeWorker::mu_.
     bool finished = false;
+    // Cancelled by HandBack: ends with UNAVAILABLE, not a final chunk.
+    bool handed_back = false;
   };
 
   DecodeWorker(const model::Model& model, const DecodeWorkerOptions& options);
@@ -190,6 +200,8 @@ class DecodeWorker {
   absl::flat_hash_map<std::string, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<engine::RequestId, std::shared_ptr<Decode>> decodes_
       ABSL_GUARDED_BY(mu_);
+  // HandBack was called: new decodes are refused, late ones handed back.
+  bool handing_back_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace pdserve::decode_worker

@@ -6,8 +6,10 @@
 // cache, registers the cache with the KV transport (UCX by default), serves
 // the DecodeWorker service, and registers with the router as a DECODE (or
 // BOTH) worker, heartbeating its load and prefix-cache events. SIGTERM or
-// the router's drain command: no new work, in-flight requests finish, exit 0
-// (worker/run_worker.h, worker/worker_process.h).
+// the router's drain command: no new work, in-flight requests finish;
+// streams still running at the drain deadline end with UNAVAILABLE so the
+// router migrates them; exit 0 (worker/run_worker.h,
+// worker/worker_process.h).
 #include <memory>
 #include <string>
 

@@ -610,6 +610,62 @@ TEST_F(DecodeWorkerTest, CancelEndsARunningDecodeAndFreesItsBlocks) {
   EXPECT_FALSE(decode_->Cancel(cancel).found());
 }
 
+// Past the drain deadline, a running stream is handed back: it ends with
+// UNAVAILABLE (which the router migrates), never with a final chunk (which
+// the router would forward as the answer's end); an admission nobody
+// decodes yet is given back; later StartDecodes are refused; no block stays
+// used but the admission's quarantined ones.
+TEST_F(DecodeWorkerTest, HandBackEndsStreamsWithUnavailable) {
+  const std::vector<int32_t> prompt = Prompt(11, 6);
+  absl::StatusOr<v1::AdmitResponse> admitted =
+      decode_->Admit(AdmitFor("running", prompt));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  const v1::SamplingParams sampling = Greedy(100);
+  absl::StatusOr<v1::PrefillResponse> first =
+      Prefill("running", prompt, sampling, admitted->target());
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto stream = std::make_shared<Stream>();
+  stream->hold_first_chunk = true;
+  ASSERT_TRUE(
+      decode_
+          ->StartDecode(
+              StartFor("running", admitted->target().transfer_id(), sampling,
+                       {static_cast<int32_t>(first->first_token_id())}),
+              SinkFor(stream))
+          .ok());
+  ASSERT_TRUE(stream->first_chunk.WaitForNotificationWithTimeout(kWait));
+  // Admitted, its KV never written.
+  ASSERT_TRUE(decode_->Admit(AdmitFor("waiting", Prompt(8, 2))).ok());
+  decode_->BeginDrain();
+  EXPECT_EQ(decode_->HandBack(), 2u);
+  stream->release_first_chunk.Notify();
+
+  ASSERT_TRUE(stream->ended.WaitForNotificationWithTimeout(kWait));
+  {
+    absl::MutexLock lock(&stream->mu);
+    EXPECT_EQ(stream->end.code(), absl::StatusCode::kUnavailable)
+        << stream->end;
+    EXPECT_EQ(stream->ends, 1);
+    for (const v1::DecodeChunk& chunk : stream->chunks) {
+      EXPECT_EQ(chunk.finish_reason(), v1::FINISH_REASON_UNSPECIFIED)
+          << "a handed-back stream must not end as an answer";
+    }
+  }
+  EXPECT_EQ(decode_->inflight(), 0u);
+  v1::StartDecodeRequest local;
+  local.set_request_id("late");
+  for (int32_t t : Prompt(8, 1)) {
+    local.mutable_local_prefill()->add_prompt_token_ids(t);
+  }
+  *local.mutable_sampling() = Greedy(4);
+  auto late = std::make_shared<Stream>();
+  EXPECT_EQ(decode_->StartDecode(local, SinkFor(late)).code(),
+            absl::StatusCode::kUnavailable);
+  // Only the unwritten admission's 2 blocks wait out their quarantine (a
+  // writer may still be running).
+  EXPECT_EQ(decode_->blocks().num_used_blocks(), 2);
+}
+
 TEST_F(DecodeWorkerTest, AdmitRefusals) {
   // 24 of the 32 blocks are taken; 40 more tokens need 10 blocks: not now
   // (but they would fit an empty pool, so not INVALID_ARGUMENT).

@@ -133,6 +133,14 @@ void PrefillWorker::Start() {
 
 void PrefillWorker::BeginDrain() { draining_ = true; }
 
+uint32_t PrefillWorker::HandBack() {
+  draining_ = true;
+  absl::MutexLock lock(&mu_);
+  hand_back_ = true;
+  wake_.SignalAll();
+  return static_cast<uint32_t>(inflight_);
+}
+
 absl::Status PrefillWorker::Prefill(const v1::PrefillRequest& request,
                                     absl::Time deadline, PrefillDone done) {
   absl::Status queued = Enqueue(request, deadline, std::move(done));
@@ -373,13 +381,33 @@ void PrefillWorker::SchedulerLoop() {
   for (;;) {
     std::vector<engine::SeqId> releases;
     std::vector<std::pair<std::string, uint32_t>> cancels;
+    std::deque<std::unique_ptr<Job>> handed_back;
+    bool hand_back = false;
     {
       absl::MutexLock lock(&mu_);
       if (stop_) return;
       releases.swap(to_release_);
       cancels.swap(cancels_);
+      hand_back = hand_back_;
+      if (hand_back) handed_back.swap(queue_);
     }
     for (engine::SeqId seq : releases) runner_->Release(seq);
+    if (hand_back) {
+      // Past the drain deadline: the router retries these elsewhere
+      // (UNAVAILABLE), instead of their clients waiting on a worker that
+      // is about to exit or getting an error.
+      for (auto& job : active_) handed_back.push_back(std::move(job));
+      active_.clear();
+      if (!handed_back.empty()) {
+        PD_LOG(INFO) << "drain deadline: handing " << handed_back.size()
+                     << " prompt(s) back to the router";
+      }
+      for (auto& job : handed_back) {
+        FailJob(std::move(job),
+                absl::UnavailableError(
+                    "prefill worker draining: prompt handed back"));
+      }
+    }
     // A prompt whose deadline (or target reservation) passed mid-way is
     // not worth another pass: its KV could no longer be written.
     const absl::Time now = absl::Now();

@@ -94,6 +94,13 @@ class PrefillWorker {
   void Start();
   // From now on Prefill refuses with UNAVAILABLE.
   void BeginDrain();
+  // The drain deadline passed: every prompt still queued or computing is
+  // answered UNAVAILABLE ("prefill worker draining"), which the router
+  // retries on another prefill worker; a prompt whose KV was written goes
+  // through its finisher as usual (blocks given back to the decode worker
+  // first). Prompts that arrive later are handed back the same way. Returns
+  // the requests in flight when called.
+  uint32_t HandBack();
 
   // Queues a prompt; `done` gets the result. Errors returned here (bad
   // request, queue full, draining) mean `done` is never called; the
@@ -159,6 +166,8 @@ class PrefillWorker {
   absl::CondVar wake_;  // scheduler: queue, cancels, releases, stop
   absl::CondVar finisher_wake_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // HandBack was called: the scheduler fails what is queued or computing.
+  bool hand_back_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<std::unique_ptr<Job>> finishing_ ABSL_GUARDED_BY(mu_);
   // Targets of refused prompts, for a finisher to give back.

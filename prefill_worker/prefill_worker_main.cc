@@ -4,8 +4,10 @@
 // its KV cache with the KV transport (UCX by default), serves the
 // PrefillWorker service, and registers with the router as a PREFILL worker,
 // heartbeating its queue and prefix-cache events. SIGTERM or the router's
-// drain command: no new work, in-flight prefills finish, exit 0
-// (worker/run_worker.h, worker/worker_process.h).
+// drain command: no new work, in-flight prefills finish; prompts still
+// queued at the drain deadline are answered UNAVAILABLE so the router
+// prefills them elsewhere; exit 0 (worker/run_worker.h,
+// worker/worker_process.h).
 #include <memory>
 #include <string>
 

@@ -178,11 +178,26 @@ absl::Duration FaultTest::AwaitIdle(absl::Duration timeout) {
       expected.push_back(p.name);
     }
   }
+  return AwaitWorkersIdle(cluster_->control_address(), expected, timeout);
+}
+
+absl::Duration AwaitWorkersIdle(const std::string& control_address,
+                                const std::vector<std::string>& expected,
+                                absl::Duration timeout) {
   const absl::Time start = absl::Now();
   std::string busy;
   while (absl::Now() - start < timeout) {
     busy.clear();
-    const std::map<std::string, v1::WorkerInfo> workers = Workers();
+    std::map<std::string, v1::WorkerInfo> workers;
+    auto listed = cli::ListWorkers(control_address, v1::WORKER_ROLE_UNSPECIFIED,
+                                   absl::Seconds(5));
+    if (!listed.ok()) {
+      busy = absl::StrCat("no listing: ", listed.status().ToString());
+    } else {
+      for (const v1::WorkerInfo& w : listed->workers()) {
+        workers[w.worker_id()] = w;
+      }
+    }
     for (const std::string& name : expected) {
       auto it = workers.find(name);
       if (it == workers.end()) {

@@ -43,6 +43,14 @@ struct FaultRow {
   std::string recovery_what;
 };
 
+// Waits until every worker the router at `control_address` lists is idle
+// (nothing queued, running or in transfer, every KV block free) and every
+// worker in `expected` is among them and SERVING. Returns how long that
+// took, or fails the test and returns InfiniteDuration after `timeout`.
+absl::Duration AwaitWorkersIdle(const std::string& control_address,
+                                const std::vector<std::string>& expected,
+                                absl::Duration timeout);
+
 class FaultTest : public ::testing::Test {
  protected:
   // Lease 1.5 s, heartbeats every 200 ms; KV reservations held at most

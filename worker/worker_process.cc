@@ -34,7 +34,9 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
           "HTTP (port 0 picks a free port; '' turns it off); registered with "
           "the router for pdctl top");
 ABSL_FLAG(int32_t, drain_timeout_ms, 30000,
-          "on SIGTERM, how long in-flight work may take before exiting");
+          "on SIGTERM or a drain, how long in-flight work may take; what "
+          "still runs then is handed back to the router, which migrates "
+          "streams and retries prompts on other workers");
 
 namespace pdserve::worker {
 namespace {
@@ -201,8 +203,22 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   if (const uint32_t left = options.inflight_requests(); left > 0) {
+    // Never dropped: each goes back to the router, which retries or
+    // migrates it on another worker.
     PD_LOG(WARNING) << "drain deadline passed with " << left
-                    << " requests in flight; cancelling them";
+                    << " requests in flight; handing them back to the "
+                       "router to migrate or retry elsewhere";
+    const uint32_t handed = options.hand_back ? options.hand_back() : 0;
+    const absl::Time give_up = absl::Now() + kHandBackGrace;
+    while (options.inflight_requests() > 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (const uint32_t stuck = options.inflight_requests(); stuck > 0) {
+      PD_LOG(WARNING) << stuck << " requests still in flight "
+                      << absl::FormatDuration(kHandBackGrace)
+                      << " after handing " << handed
+                      << " back; stopping anyway";
+    }
   }
   if (membership != nullptr) membership->Stop("drained");
   (*server)->Shutdown(absl::Seconds(1));

@@ -4,8 +4,20 @@
 //
 //   start -> NOT_SERVING -> services ready -> SERVING, registered
 //   SIGTERM or router DRAIN -> DRAINING (health NOT_SERVING, no new work)
-//     -> in-flight work finished or drain deadline passed
+//     -> in-flight work finished, or the drain deadline passed: then what
+//        is still in flight is handed back to the router (hand_back) and
+//        the worker waits (at most kHandBackGrace) for it to be gone
 //     -> deregister -> server shutdown -> exit 0
+//
+// A worker never drops a stream because its grace period ended. Handing
+// back ends each request the worker still holds with UNAVAILABLE: the
+// router retries a prompt not yet answered on another prefill worker, and
+// migrates a decode stream (prompt + the tokens already sent re-prefilled
+// on another worker, the stream continuing with the next token; see
+// router/generation_core.h). So the clients of a worker scaled down or
+// rolled (pdctl scale, Kubernetes' terminationGracePeriodSeconds) see at
+// most a pause. Set --drain_timeout_ms below the grace period the
+// supervisor gives before SIGKILL, leaving it time for the hand-back.
 //
 // Flags (all workers): --listen, --advertise_address, --router, --worker_id,
 // --port_file, --drain_timeout_ms, --metrics_listen (Prometheus GET
@@ -22,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/common.pb.h"
 #include "proto/membership.pb.h"
 #include "worker/worker_metrics.h"
@@ -48,6 +61,10 @@ struct WorkerProcessOptions {
   // Called when draining begins (SIGTERM or the router's command): the
   // services refuse new work from then on.
   std::function<void()> on_drain;
+  // Called once when the drain deadline passes with requests in flight:
+  // ends each of them with UNAVAILABLE so that the router retries or
+  // migrates it (see above). Returns how many it handed back.
+  std::function<uint32_t()> hand_back;
   // What the worker registers with: its model (with its KV layout) and the
   // KV transports it speaks, most preferred first.
   v1::ModelInfo model;
@@ -70,13 +87,15 @@ std::string WorkerIdFromFlags(v1::WorkerRole role);
 
 // Fills what the worker registers and reports from its serving core, which
 // provides model_info(), transports(), Load(), TakeEvents(), inflight(),
-// BeginDrain() and MetricsGauges() (PrefillWorker, DecodeWorker). The model's
-// id stays the core's until the caller sets the served model name clients use.
+// BeginDrain(), HandBack() and MetricsGauges() (PrefillWorker,
+// DecodeWorker). The model's id stays the core's until the caller sets the
+// served model name clients use.
 template <typename Worker>
 void ReportFrom(Worker* worker, WorkerProcessOptions* process) {
   process->model = worker->model_info();
   process->transports = worker->transports();
   process->on_drain = [worker] { worker->BeginDrain(); };
+  process->hand_back = [worker] { return worker->HandBack(); };
   process->inflight_requests = [worker] { return worker->inflight(); };
   process->load = [worker] { return worker->Load(); };
   process->take_events = [worker] { return worker->TakeEvents(); };
@@ -86,6 +105,10 @@ void ReportFrom(Worker* worker, WorkerProcessOptions* process) {
 // Parses nothing itself: call absl::ParseCommandLine first. Returns the
 // process exit code.
 int RunWorkerProcess(const WorkerProcessOptions& options);
+
+// After a hand-back, the longest wait for the handed-back requests to end
+// (their UNAVAILABLE to reach the router) before the server shuts down.
+inline constexpr absl::Duration kHandBackGrace = absl::Seconds(5);
 
 }  // namespace pdserve::worker
 
