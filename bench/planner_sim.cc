@@ -18,9 +18,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <cstdlib>
 #include <map>
 #include <numbers>
 #include <random>
@@ -48,14 +48,16 @@ ABSL_FLAG(double, burst_s, 240, "Length of a burst in seconds");
 ABSL_FLAG(uint64_t, seed, 7, "Seed of the synthetic trace");
 
 ABSL_FLAG(std::string, trace, "", "Mooncake-format JSONL trace to replay");
-ABSL_FLAG(std::string, profile,
-          "planner/profiles/smollm2-135m-q4_1-cpu1.json", "Capacity profile");
-ABSL_FLAG(double, ttft_slo_s, 6, "TTFT target (per request; p99 for the planner)");
+ABSL_FLAG(std::string, profile, "planner/profiles/smollm2-135m-q4_1-cpu1.json",
+          "Capacity profile");
+ABSL_FLAG(double, ttft_slo_s, 6,
+          "TTFT target (per request; p99 for the planner)");
 ABSL_FLAG(double, itl_slo_s, 0.05,
           "ITL target: per request its TPOT; p99 of gaps for the planner");
 ABSL_FLAG(double, interval_s, 30, "Planner interval, seconds of trace time");
 ABSL_FLAG(double, goal, 0.99, "SLO attainment a fixed cluster must reach");
-ABSL_FLAG(double, budget, 0, "Planner budget in the profile's cost unit (0: none)");
+ABSL_FLAG(double, budget, 0,
+          "Planner budget in the profile's cost unit (0: none)");
 ABSL_FLAG(int32_t, max_replicas, 2000, "Per pool, for every policy");
 ABSL_FLAG(std::string, json_out, "", "Write the results here");
 ABSL_FLAG(std::string, decisions_out, "",
@@ -73,7 +75,8 @@ struct RateCurve {
   std::vector<std::pair<double, double>> bursts;  // [start, end)
   double factor;
   double At(double t) const {
-    double r = low + (high - low) * 0.5 * (1 - std::cos(2 * std::numbers::pi * t / span));
+    double r = low + (high - low) * 0.5 *
+                         (1 - std::cos(2 * std::numbers::pi * t / span));
     for (const auto& [a, b] : bursts) {
       if (t >= a && t < b) r *= factor;
     }
@@ -82,8 +85,10 @@ struct RateCurve {
 };
 
 int MakeTrace(const std::string& path) {
-  RateCurve c{absl::GetFlag(FLAGS_low_rate), absl::GetFlag(FLAGS_high_rate),
-              absl::GetFlag(FLAGS_duration_s), {},
+  RateCurve c{absl::GetFlag(FLAGS_low_rate),
+              absl::GetFlag(FLAGS_high_rate),
+              absl::GetFlag(FLAGS_duration_s),
+              {},
               absl::GetFlag(FLAGS_burst_factor)};
   if (!(c.low > 0) || c.high < c.low || !(c.span > 0) || !(c.factor >= 1)) {
     std::cerr << "planner_sim: need 0 < low_rate <= high_rate, duration_s > 0,"
@@ -122,17 +127,16 @@ int MakeTrace(const std::string& path) {
     start = end + 1;
     const double s = line["timestamp"].get<double>() / 1000;
     if (s >= cumulative.back()) break;
-    const size_t i =
-        std::upper_bound(cumulative.begin(), cumulative.end(), s) -
-        cumulative.begin();
-    const double t = (i - 1) + (s - cumulative[i - 1]) /
-                                   (cumulative[i] - cumulative[i - 1]);
+    const size_t i = std::upper_bound(cumulative.begin(), cumulative.end(), s) -
+                     cumulative.begin();
+    const double t =
+        (i - 1) + (s - cumulative[i - 1]) / (cumulative[i] - cumulative[i - 1]);
     line["timestamp"] = std::llround(t * 1000);
     out << line.dump() << "\n";
     ++written;
   }
-  std::cerr << "planner_sim: wrote " << written << " requests over "
-            << c.span << " s to " << path << " (bursts at";
+  std::cerr << "planner_sim: wrote " << written << " requests over " << c.span
+            << " s to " << path << " (bursts at";
   for (const auto& [a, b] : c.bursts) std::cerr << " " << std::lround(a);
   std::cerr << " s)\n";
   return 0;
@@ -214,9 +218,9 @@ int Run() {
                    double* wall) {
     const auto start = std::chrono::steady_clock::now();
     SimResult r = Simulate(p, trace, opts, policy);
-    *wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          start)
-                .count();
+    *wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     return r;
   };
   json runs = json::object();
@@ -268,8 +272,8 @@ int Run() {
     walls.push_back(wall);
     return r;
   };
-  const SimResult planned = planner_run("planner", oracle.initial.first,
-                                        oracle.initial.second, true);
+  const SimResult planned =
+      planner_run("planner", oracle.initial.first, oracle.initial.second, true);
   table.emplace_back("planner", planned);
   const SimResult cold = planner_run("planner_cold_start", 1, 1, false);
   table.emplace_back("planner from 1 + 1 (cold start)", cold);
@@ -302,7 +306,8 @@ int Run() {
   std::map<std::pair<int, int>, SimResult> fixed_runs;
   auto fixed = [&](int np, int nd) -> const SimResult& {
     auto key = std::make_pair(np, nd);
-    if (auto it = fixed_runs.find(key); it != fixed_runs.end()) return it->second;
+    if (auto it = fixed_runs.find(key); it != fixed_runs.end())
+      return it->second;
     SimOptions so = o;
     so.initial_prefill = np;
     so.initial_decode = nd;
@@ -328,10 +333,10 @@ int Run() {
   // The fixed cluster with the planner's worker-hours, split as well as
   // the per-phase curves allow.
   const double hours = o.interval_s > 0 ? planned.span_s / 3600 : 1;
-  const int total = std::max(
-      2, static_cast<int>(std::lround(
-             (planned.prefill_worker_hours + planned.decode_worker_hours) /
-             hours)));
+  const int total =
+      std::max(2, static_cast<int>(std::lround((planned.prefill_worker_hours +
+                                                planned.decode_worker_hours) /
+                                               hours)));
   // Around the cheapest pair's split: the product of the phases'
   // attainments is the pair's to within the requests both miss.
   int best_p = 1;
@@ -347,9 +352,8 @@ int Run() {
     }
   }
   const SimResult& equal = fixed(best_p, total - best_p);
-  runs["fixed_equal_cost"] =
-      ResultJson(absl::StrCat("fixed ", best_p, " + ", total - best_p), equal,
-                 wall, true);
+  runs["fixed_equal_cost"] = ResultJson(
+      absl::StrCat("fixed ", best_p, " + ", total - best_p), equal, wall, true);
   runs["fixed_equal_cost"]["prefill"] = best_p;
   runs["fixed_equal_cost"]["decode"] = total - best_p;
   table.emplace_back(
@@ -357,14 +361,15 @@ int Run() {
                       total - best_p),
       equal);
   json sweep = json::object();
-  for (const auto& [n, a] : ttft_by_n) sweep["prefill_ttft_attainment"][std::to_string(n)] = a;
-  for (const auto& [n, a] : itl_by_n) sweep["decode_itl_attainment"][std::to_string(n)] = a;
+  for (const auto& [n, a] : ttft_by_n)
+    sweep["prefill_ttft_attainment"][std::to_string(n)] = a;
+  for (const auto& [n, a] : itl_by_n)
+    sweep["decode_itl_attainment"][std::to_string(n)] = a;
 
   // The table.
-  std::printf(
-      "%-46s %10s %7s %7s %9s %9s %9s %9s %7s %9s\n", "policy", "attain",
-      "TTFT", "ITL", "TTFT p99", "TPOT p99", "worker-h", "x oracle", "peak",
-      "mean P+D");
+  std::printf("%-46s %10s %7s %7s %9s %9s %9s %9s %7s %9s\n", "policy",
+              "attain", "TTFT", "ITL", "TTFT p99", "TPOT p99", "worker-h",
+              "x oracle", "peak", "mean P+D");
   json rows = json::array();
   for (const auto& [name, r] : table) {
     const double x = r.cost_hours / oracle_result.cost_hours;
@@ -376,11 +381,12 @@ int Run() {
         r.prefill_worker_hours + r.decode_worker_hours, x, r.peak_prefill,
         r.peak_decode, r.prefill_worker_hours / hours,
         r.decode_worker_hours / hours);
-    rows.push_back({{"policy", name},
-                    {"attainment", r.attainment},
-                    {"worker_hours", r.prefill_worker_hours + r.decode_worker_hours},
-                    {"cost_hours", r.cost_hours},
-                    {"x_oracle", x}});
+    rows.push_back(
+        {{"policy", name},
+         {"attainment", r.attainment},
+         {"worker_hours", r.prefill_worker_hours + r.decode_worker_hours},
+         {"cost_hours", r.cost_hours},
+         {"x_oracle", x}});
   }
   double max_wall = 0;
   for (double w2 : walls) max_wall = std::max(max_wall, w2);
@@ -390,7 +396,8 @@ int Run() {
   const std::string out = absl::GetFlag(FLAGS_json_out);
   if (!out.empty()) {
     double rate_max = 0;
-    for (const SimInterval& i : planned.timeline) rate_max = std::max(rate_max, i.arrival_rate);
+    for (const SimInterval& i : planned.timeline)
+      rate_max = std::max(rate_max, i.arrival_rate);
     json j = {{"trace",
                {{"path", absl::GetFlag(FLAGS_trace)},
                 {"requests", trace.size()},

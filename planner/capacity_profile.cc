@@ -251,7 +251,8 @@ double CapacityProfile::DecodeStepSeconds(double batch,
   for (size_t i = 0; i < rows; ++i) {
     by_batch[i] = Interpolate(context_tokens_, itl_s_[i], context_tokens);
   }
-  return InterpolateN(batch_sizes_.data(), by_batch, rows, std::max(1.0, batch));
+  return InterpolateN(batch_sizes_.data(), by_batch, rows,
+                      std::max(1.0, batch));
 }
 
 double CapacityProfile::MaxBatchForItl(double itl_s,

@@ -17,11 +17,12 @@
 //     "decode": {
 //       "cost": 1, "load_time_s": 20,
 //       "max_batch": 64,                    // sequences one step may hold
-//       "kv_capacity_tokens": 65536,        // context tokens the KV cache holds
-//       "batch_sizes": [1, 8, 32, 64],      // increasing
+//       "kv_capacity_tokens": 65536,        // context tokens the KV cache
+//       holds "batch_sizes": [1, 8, 32, 64],      // increasing
 //       "context_tokens": [16, 512, 1536],  // increasing
 //       "itl_s": [[...], ...]               // itl_s[i][j]: one decode step
-//     }                                     // at batch_sizes[i], context_tokens[j]
+//     }                                     // at batch_sizes[i],
+//     context_tokens[j]
 //   }
 //
 // Prefill: `tokens_per_s` is one worker's prompt throughput while busy

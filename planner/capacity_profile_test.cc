@@ -99,12 +99,10 @@ TEST(CapacityProfileTest, BadProfilesNameWhatIsWrong) {
   ExpectInvalid(R"({"version": 2})", "version must be 1");
   ExpectInvalid(R"({"version": 1})", "prefill must be an object");
   ExpectInvalid(Profile("[]"), "prefill.points must be a non-empty array");
+  ExpectInvalid(Profile(R"([{"prompt_tokens": 100, "tokens_per_s": 1000}])"),
+                "prefill.points[0].ttft_s must be a number");
   ExpectInvalid(
-      Profile(R"([{"prompt_tokens": 100, "tokens_per_s": 1000}])"),
-      "prefill.points[0].ttft_s must be a number");
-  ExpectInvalid(
-      Profile(
-          R"([{"prompt_tokens": 100, "tokens_per_s": -5, "ttft_s": 0.1}])"),
+      Profile(R"([{"prompt_tokens": 100, "tokens_per_s": -5, "ttft_s": 0.1}])"),
       "prefill.points[0].tokens_per_s must be > 0");
   ExpectInvalid(
       Profile(R"([{"prompt_tokens": 100, "tokens_per_s": 1, "ttft_s": 1},
@@ -130,7 +128,8 @@ TEST(CapacityProfileTest, BadProfilesNameWhatIsWrong) {
 TEST(CapacityProfileTest, MissingFileIsNotFoundAndBadFileNamesThePath) {
   auto missing = CapacityProfile::Load("/nonexistent/profile.json");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/profile.json"));
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("/nonexistent/profile.json"));
   const std::string path =
       std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
       "/bad_profile.json";

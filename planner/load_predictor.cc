@@ -58,8 +58,8 @@ absl::StatusOr<LengthHistogram> LengthHistogram::FromCumulative(
 }
 
 void LengthHistogram::Add(double length, double weight) {
-  const size_t i =
-      std::lower_bound(bounds_.begin(), bounds_.end(), length) - bounds_.begin();
+  const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), length) -
+                   bounds_.begin();
   counts_[i] += weight;
   count_ += weight;
   sum_ += weight * length;

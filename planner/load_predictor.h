@@ -64,10 +64,10 @@ struct IntervalLoad {
 };
 
 struct LoadForecast {
-  double request_rate = 0;  // requests/s expected over the horizon
-  double level = 0;         // smoothed rate now
-  double trend = 0;         // rate change per interval (0 until warm)
-  double last_rate = 0;     // the latest interval's rate
+  double request_rate = 0;         // requests/s expected over the horizon
+  double level = 0;                // smoothed rate now
+  double trend = 0;                // rate change per interval (0 until warm)
+  double last_rate = 0;            // the latest interval's rate
   LengthHistogram prompt, output;  // recent intervals, decayed
   int samples = 0;                 // intervals seen with requests
   bool warm = false;               // samples >= min_samples

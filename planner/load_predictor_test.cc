@@ -63,7 +63,7 @@ TEST(LoadPredictorTest, RampForecastLeadsTheLoad) {
   const LoadForecast f = p.Predict(1);
   EXPECT_TRUE(f.warm);
   EXPECT_EQ(f.samples, 6);
-  EXPECT_GT(f.trend, 1.0);   // about 2/s per interval
+  EXPECT_GT(f.trend, 1.0);  // about 2/s per interval
   EXPECT_LT(f.trend, 2.5);
   // Ahead of the latest 20/s, and further ahead for a longer horizon.
   EXPECT_GT(f.request_rate, 20.5);

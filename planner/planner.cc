@@ -64,9 +64,8 @@ DecodeStats DecodeService(const CapacityProfile& profile,
   // runs; averaged over the time streams spend running, the mean context
   // is E[P] + E[O²] / (2 E[O]).
   s.context = load.prompt.Mean() + (out > 0 ? out2 / (2 * out) : 0);
-  s.limit = std::min<double>(profile.max_batch(),
-                             profile.kv_capacity_tokens() /
-                                 std::max(1.0, s.context));
+  s.limit = std::min<double>(profile.max_batch(), profile.kv_capacity_tokens() /
+                                                      std::max(1.0, s.context));
   return s;
 }
 
@@ -118,9 +117,9 @@ double PredictTtft(const CapacityProfile& profile, const LoadEstimate& load,
   // Allen-Cunneen: waiting scales with (1 + cs²) / 2 for Poisson arrivals;
   // its tail is close to exponential.
   const double decay = (replicas - a) / s.mean_s * 2 / (1 + s.scv);
-  const double wait =
-      wait_chance > 1 - quantile ? std::log(wait_chance / (1 - quantile)) / decay
-                                 : 0;
+  const double wait = wait_chance > 1 - quantile
+                          ? std::log(wait_chance / (1 - quantile)) / decay
+                          : 0;
   return wait + s.quantile_service_s;
 }
 
@@ -141,8 +140,7 @@ Sizing SizePrefill(const CapacityProfile& profile, const LoadEstimate& load,
     z.why = absl::StrFormat(
         "infeasible: a p%g prompt (%.0f tokens) alone takes %.3f s > TTFT "
         "target %.3f s; sized for 80%% utilisation",
-        quantile * 100, s.quantile_tokens, s.quantile_service_s,
-        ttft_target_s);
+        quantile * 100, s.quantile_tokens, s.quantile_service_s, ttft_target_s);
   } else {
     const int n = SmallestMeeting(
         [&](int c) { return PredictTtft(profile, load, c, quantile); },
@@ -237,8 +235,9 @@ absl::StatusOr<std::unique_ptr<Planner>> Planner::Create(
   }
   if (o.hysteresis < 0 || !(o.max_scale_down_fraction > 0) ||
       o.scale_down_window_s < 0 || o.manual_hold_s < 0) {
-    return bad("hysteresis, window and hold must be >= 0, the scale-down "
-               "fraction > 0");
+    return bad(
+        "hysteresis, window and hold must be >= 0, the scale-down "
+        "fraction > 0");
   }
   if (o.forecast_headroom_z < 0) return bad("forecast_headroom_z must be >= 0");
   if (!(o.min_correction > 0) || o.max_correction < o.min_correction) {
@@ -277,7 +276,8 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
   const int current = d.configured;
 
   // An operator's change: the configured count is not what we asked for.
-  if (state.last_desired.has_value() && pool.configured != *state.last_desired) {
+  if (state.last_desired.has_value() &&
+      pool.configured != *state.last_desired) {
     state.manual_until = o.time_s + opt.manual_hold_s;
     state.need_down_history.clear();
     d.reasons.push_back(absl::StrFormat(
@@ -296,8 +296,7 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
   d.observed_latency_s = prefill ? o.ttft_s : o.itl_s;
   const double samples = prefill ? o.ttft_samples : o.itl_samples;
   d.model_latency_s = pool.ready > 0 ? predict(observed, pool.ready) : 0;
-  const bool steady = pool.queue_depth <= pool.ready &&
-                      pool.ready == current &&
+  const bool steady = pool.queue_depth <= pool.ready && pool.ready == current &&
                       (!state.last_desired || *state.last_desired == current) &&
                       state.ready_before == pool.ready;
   state.ready_before = pool.ready;
@@ -306,9 +305,10 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
       d.model_latency_s < kOverloaded) {
     const double ratio = std::clamp(*d.observed_latency_s / d.model_latency_s,
                                     opt.min_correction, opt.max_correction);
-    state.correction = std::clamp(
-        opt.correction_alpha * ratio + (1 - opt.correction_alpha) * state.correction,
-        opt.min_correction, opt.max_correction);
+    state.correction =
+        std::clamp(opt.correction_alpha * ratio +
+                       (1 - opt.correction_alpha) * state.correction,
+                   opt.min_correction, opt.max_correction);
   }
   d.correction = state.correction;
   const double effective = target / d.correction;
@@ -332,9 +332,9 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
     const int floor_kv = static_cast<int>(
         std::ceil(pool.ready * pool.kv_usage / opt.kv_usage_target));
     if (floor_kv > d.need) {
-      d.reasons.push_back(absl::StrFormat(
-          "KV cache %.0f%% used: at least %d workers", 100 * pool.kv_usage,
-          floor_kv));
+      d.reasons.push_back(
+          absl::StrFormat("KV cache %.0f%% used: at least %d workers",
+                          100 * pool.kv_usage, floor_kv));
       d.need = floor_kv;
     }
     d.need_down = std::max(d.need_down, floor_kv);
@@ -362,8 +362,10 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
         state.manual_until - o.time_s, d.need));
   } else if (d.need > current) {
     // Up: all the way at once (cold start: only part of the way).
-    d.desired = current + static_cast<int>(std::ceil(weight * (d.need - current)));
-    d.reasons.push_back(absl::StrFormat("scale up %d -> %d", current, d.desired));
+    d.desired =
+        current + static_cast<int>(std::ceil(weight * (d.need - current)));
+    d.reasons.push_back(
+        absl::StrFormat("scale up %d -> %d", current, d.desired));
   } else if (d.stabilized < current && weight >= 1) {
     const int step = std::max(
         1, static_cast<int>(std::floor(current * opt.max_scale_down_fraction)));
@@ -500,7 +502,8 @@ Decision Planner::Decide(const Observation& raw) {
   // furthest below its want. A pool an operator holds keeps its count.
   const double cp = profile_.prefill_cost(), cd = profile_.decode_cost();
   auto cost = [&](int p, int q) { return p * cp + q * cd; };
-  if (opt.budget > 0 && cost(d.prefill.desired, d.decode.desired) > opt.budget) {
+  if (opt.budget > 0 &&
+      cost(d.prefill.desired, d.decode.desired) > opt.budget) {
     d.budget_clamped = true;
     const int want_p = d.prefill.desired, want_d = d.decode.desired;
     const int base_p = d.prefill.manual_hold ? want_p : opt.min_prefill;
@@ -602,12 +605,14 @@ std::vector<Decision::Gauge> Decision::Gauges() const {
     g.push_back({"pdserve_planner_latency_correction", pool, p->correction});
     g.push_back({"pdserve_planner_predicted_latency_seconds", pool,
                  p->predicted_latency_s});
-    g.push_back({"pdserve_planner_manual_hold", pool, p->manual_hold ? 1.0 : 0.0});
+    g.push_back(
+        {"pdserve_planner_manual_hold", pool, p->manual_hold ? 1.0 : 0.0});
   }
   g.push_back({"pdserve_planner_observed_request_rate", {}, observed_rate});
   g.push_back({"pdserve_planner_forecast_request_rate", {}, forecast_rate});
   g.push_back({"pdserve_planner_cost", {}, cost});
-  g.push_back({"pdserve_planner_budget_clamped", {}, budget_clamped ? 1.0 : 0.0});
+  g.push_back(
+      {"pdserve_planner_budget_clamped", {}, budget_clamped ? 1.0 : 0.0});
   return g;
 }
 

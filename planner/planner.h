@@ -32,10 +32,11 @@ struct LoadEstimate {
 // The queueing model behind every decision (and the simulator's oracle).
 // `quantile` is the latency percentile the targets hold (0.99: p99).
 struct Sizing {
-  int replicas = 0;             // the fewest that meet the target
+  int replicas = 0;                // the fewest that meet the target
   double predicted_latency_s = 0;  // the model's latency quantile there
-  bool feasible = true;  // false: no count meets it (sized to a utilisation cap)
-  std::string why;       // one line: what bound the count
+  bool feasible =
+      true;         // false: no count meets it (sized to a utilisation cap)
+  std::string why;  // one line: what bound the count
 };
 // TTFT: M/G/c (Erlang C, Allen-Cunneen for the service-time spread) on
 // busy times from the profile; the quantile is the waiting time's plus the
@@ -53,8 +54,8 @@ Sizing SizeDecode(const CapacityProfile& profile, const LoadEstimate& load,
                   double itl_target_s, double quantile, int max_replicas);
 
 struct PoolObservation {
-  int configured = 0;  // replicas the scaler was last asked for
-  int ready = 0;       // serving (registered, not draining)
+  int configured = 0;      // replicas the scaler was last asked for
+  int ready = 0;           // serving (registered, not draining)
   double queue_depth = 0;  // requests waiting on the pool's workers
   double kv_usage = 0;     // decode: mean KV cache usage ratio (0..1)
 };
@@ -120,10 +121,10 @@ struct PoolDecision {
   double correction = 1;  // observed / predicted latency ratio in use
   std::optional<double> observed_latency_s;
   double model_latency_s = 0;  // the model's, at the observed load and ready
-  int need = 0;       // for the forecast (corrected target)
-  int need_down = 0;  // with the hysteresis margin
-  int stabilized = 0;  // largest need_down over the window
-  int desired = 0;     // what the scaler is asked for
+  int need = 0;                // for the forecast (corrected target)
+  int need_down = 0;           // with the hysteresis margin
+  int stabilized = 0;          // largest need_down over the window
+  int desired = 0;             // what the scaler is asked for
   double predicted_latency_s = 0;  // the model's, at the forecast and desired
   bool feasible = true;
   bool manual_hold = false;

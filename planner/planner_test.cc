@@ -164,7 +164,8 @@ TEST(PlannerTest, ColdStartDoesNotOverScale) {
   EXPECT_GT(all_the_way.decode.desired, 10);
   EXPECT_FALSE(first.warm);
   EXPECT_NEAR(first.cold_start_weight, 1.0 / 3, 1e-9);
-  EXPECT_EQ(first.decode.desired, 1 + std::ceil((all_the_way.decode.desired - 1) / 3.0));
+  EXPECT_EQ(first.decode.desired,
+            1 + std::ceil((all_the_way.decode.desired - 1) / 3.0));
   EXPECT_THAT(first.reasons[0], HasSubstr("cold start: 1 of 3"));
   // Then the load turns out to be 5 req/s: no further growth, and no
   // scale-down while cold either; once warm the pool comes down.
@@ -283,8 +284,8 @@ TEST(PlannerTest, ObservedLatencyAboveTheModelAddsWorkers) {
     a = plain.Step(10);
     // The cluster answers 2.5x slower than the profile predicts (a slower
     // machine than profiled).
-    const double model = PredictTtft(Profile(), Load(10, 128, 100),
-                                     slow.prefill(), 0.99);
+    const double model =
+        PredictTtft(Profile(), Load(10, 128, 100), slow.prefill(), 0.99);
     b = slow.Step(10, 128, 100, 2.5 * model);
   }
   EXPECT_GT(b.prefill.correction, 2.0);

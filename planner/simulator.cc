@@ -105,7 +105,8 @@ class Sim {
     double tick = o_.interval_s;
     int64_t finished = 0;
     while (finished < int64_t(req_.size())) {
-      const double t_arrival = next < req_.size() ? req_[next].arrival_s : kNever;
+      const double t_arrival =
+          next < req_.size() ? req_[next].arrival_s : kNever;
       const double t_event = events_.empty() ? kNever : events_.top().time;
       if (tick <= t_arrival && tick <= t_event) {
         now_ = tick;
@@ -270,8 +271,8 @@ class Sim {
     }
     w.stepping = true;
     const double batch = w.running.size();
-    events_.push({now_ + p_.DecodeStepSeconds(batch, w.context / batch),
-                  kStepDone, wi});
+    events_.push(
+        {now_ + p_.DecodeStepSeconds(batch, w.context / batch), kStepDone, wi});
   }
 
   int StepDone(int wi) {
@@ -327,7 +328,8 @@ class Sim {
     for (int w : active) {
       if (!pool[w].draining) serving.push_back(w);
     }
-    const double load = prefill ? p_.prefill_load_time_s() : p_.decode_load_time_s();
+    const double load =
+        prefill ? p_.prefill_load_time_s() : p_.decode_load_time_s();
     for (int n = serving.size(); n < want; ++n) {
       Worker w;
       w.start = now_;
@@ -381,7 +383,8 @@ class Sim {
     }
     auto observe = [&](bool prefill) {
       const std::vector<Worker>& pool = prefill ? prefill_ : decode_;
-      const std::vector<int>& active = prefill ? prefill_active_ : decode_active_;
+      const std::vector<int>& active =
+          prefill ? prefill_active_ : decode_active_;
       PoolObservation po;
       po.configured = prefill ? prefill_configured_ : decode_configured_;
       double kv = 0;
@@ -462,9 +465,9 @@ class Sim {
     // Attainment of the requests that arrived in each interval.
     std::vector<double> arrived(timeline_.size(), 0), ok(timeline_.size(), 0);
     for (size_t i = 0; i < req_.size(); ++i) {
-      const size_t k = std::min<size_t>(
-          timeline_.empty() ? 0 : timeline_.size() - 1,
-          size_t(req_[i].arrival_s / o_.interval_s));
+      const size_t k =
+          std::min<size_t>(timeline_.empty() ? 0 : timeline_.size() - 1,
+                           size_t(req_[i].arrival_s / o_.interval_s));
       if (k < arrived.size()) {
         arrived[k] += 1;
         ok[k] += state_[i].met;
@@ -532,9 +535,11 @@ OracleSchedule MakeOracleSchedule(const CapacityProfile& profile,
   for (size_t k = 0; k < intervals; ++k) {
     loads[k].request_rate = counts[k] / options.interval_s;
     const int p = SizePrefill(profile, loads[k], options.ttft_target_s,
-                              options.quantile, max_replicas).replicas;
+                              options.quantile, max_replicas)
+                      .replicas;
     const int d = SizeDecode(profile, loads[k], options.itl_target_s,
-                             options.quantile, max_replicas).replicas;
+                             options.quantile, max_replicas)
+                      .replicas;
     s.need.emplace_back(std::max(1, p), std::max(1, d));
   }
   SimPolicy policy = OraclePolicy(profile, s, options);
@@ -546,8 +551,10 @@ OracleSchedule MakeOracleSchedule(const CapacityProfile& profile,
 SimPolicy OraclePolicy(const CapacityProfile& profile,
                        const OracleSchedule& schedule,
                        const SimOptions& options) {
-  const int ahead_p = int(std::ceil(profile.prefill_load_time_s() / options.interval_s));
-  const int ahead_d = int(std::ceil(profile.decode_load_time_s() / options.interval_s));
+  const int ahead_p =
+      int(std::ceil(profile.prefill_load_time_s() / options.interval_s));
+  const int ahead_d =
+      int(std::ceil(profile.decode_load_time_s() / options.interval_s));
   std::vector<std::pair<int, int>> need = schedule.need;
   const double interval = options.interval_s;
   return [need, ahead_p, ahead_d, interval](const Observation& o) {

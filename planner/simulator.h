@@ -61,7 +61,7 @@ struct SimInterval {
   int prefill_configured = 0, prefill_ready = 0, prefill_alive = 0;
   int decode_configured = 0, decode_ready = 0, decode_alive = 0;
   double ttft_p99_s = 0, itl_p99_s = 0;  // of tokens in the interval
-  double attainment = 1;  // of requests that arrived in it
+  double attainment = 1;                 // of requests that arrived in it
 };
 
 struct SimResult {

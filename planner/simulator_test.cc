@@ -31,8 +31,7 @@ TEST(SimulatorTest, OneRequestTakesTheProfilesTimes) {
   SimOptions o;
   o.ttft_target_s = 1;
   o.itl_target_s = 0.02;
-  const SimResult r =
-      Simulate(Profile(), {{1.0, 500, 11}}, o, FixedPolicy());
+  const SimResult r = Simulate(Profile(), {{1.0, 500, 11}}, o, FixedPolicy());
   EXPECT_EQ(r.requests, 1);
   // Busy 0.5 s, lone TTFT 0.55 s.
   EXPECT_NEAR(r.ttft_p99_s, 0.55, 1e-9);
@@ -46,8 +45,8 @@ TEST(SimulatorTest, PrefillQueuesFcfsAndDecodeBatches) {
   o.ttft_target_s = 1.0;
   o.itl_target_s = 0.012;
   // Two prompts at once on one prefill worker: the second waits 0.5 s.
-  const SimResult r = Simulate(Profile(), {{0, 500, 101}, {0, 500, 101}}, o,
-                               FixedPolicy());
+  const SimResult r =
+      Simulate(Profile(), {{0, 500, 101}, {0, 500, 101}}, o, FixedPolicy());
   EXPECT_NEAR(r.ttft_p99_s, 1.05, 1e-9);
   EXPECT_EQ(r.ttft_attainment, 0.5);
   // The first decodes alone for 0.5 s (10 ms steps), then both share
@@ -91,10 +90,9 @@ TEST(SimulatorTest, NewWorkersServeOnlyAfterLoading) {
   o.initial_decode = 1;
   const auto trace = Poisson(2, 300, 100, 10);
   // At the first boundary (30 s) ask for 4 prefill workers.
-  const SimResult r = Simulate(Profile(/*load_time_s=*/60), trace, o,
-                               [](const Observation& obs) {
-                                 return std::make_pair(4, 1);
-                               });
+  const SimResult r =
+      Simulate(Profile(/*load_time_s=*/60), trace, o,
+               [](const Observation& obs) { return std::make_pair(4, 1); });
   ASSERT_GE(r.timeline.size(), 5u);
   // Each interval's record is taken at its end, before that boundary's
   // decision: asked for at 30 s, ready at 90 s.
@@ -143,11 +141,10 @@ TEST(SimulatorTest, OracleAndPlannerMeetWhatAnUndersizedClusterMisses) {
   po.itl_target_s = o.itl_target_s;
   auto planner = Planner::Create(po, p);
   ASSERT_TRUE(planner.ok()) << planner.status();
-  const SimResult planned =
-      Simulate(p, trace, o, [&](const Observation& obs) {
-        const Decision d = (*planner)->Decide(obs);
-        return std::make_pair(d.prefill.desired, d.decode.desired);
-      });
+  const SimResult planned = Simulate(p, trace, o, [&](const Observation& obs) {
+    const Decision d = (*planner)->Decide(obs);
+    return std::make_pair(d.prefill.desired, d.decode.desired);
+  });
   // The planner reacts after the step (one interval plus loading): it
   // misses a little more than the oracle, far less than the fixed size.
   EXPECT_GT(planned.attainment, 0.85);
