@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -343,35 +343,66 @@ absl::StatusOr<std::map<std::string, std::string>> DashboardDefaults(
   return values;
 }
 
+namespace {
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '_';
+}
+
+// The run of name characters at `pos`.
+std::string NameAt(const std::string& text, size_t pos) {
+  size_t end = pos;
+  while (end < text.size() && IsNameChar(text[end])) ++end;
+  return text.substr(pos, end - pos);
+}
+
+}  // namespace
+
+// Hand-scanned rather than with std::regex, whose headers GCC 12 warns
+// about (maybe-uninitialized) in the sanitizer build.
 absl::StatusOr<std::string> SubstituteVariables(
     const std::string& expr, const std::map<std::string, std::string>& values) {
-  static const std::regex kVariable(
-      R"(\$\{([A-Za-z0-9_]+)\}|\$([A-Za-z0-9_]+))");
   std::string out;
-  auto begin = std::sregex_iterator(expr.begin(), expr.end(), kVariable);
-  size_t last = 0;
-  for (auto it = begin; it != std::sregex_iterator(); ++it) {
-    const std::smatch& m = *it;
-    const std::string name = m[1].matched ? m[1].str() : m[2].str();
+  for (size_t i = 0; i < expr.size();) {
+    if (expr[i] != '$') {
+      out += expr[i++];
+      continue;
+    }
+    // ${name} or $name.
+    const bool braced = i + 1 < expr.size() && expr[i + 1] == '{';
+    const size_t start = i + (braced ? 2 : 1);
+    const std::string name = NameAt(expr, start);
+    size_t end = start + name.size();
+    if (name.empty() || (braced && (end >= expr.size() || expr[end] != '}'))) {
+      out += expr[i++];
+      continue;
+    }
+    if (braced) ++end;
     auto value = values.find(name);
     if (value == values.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("no value for $", name, " in ", expr));
     }
-    out += expr.substr(last, m.position() - last);
     out += value->second;
-    last = m.position() + m.length();
+    i = end;
   }
-  out += expr.substr(last);
   return out;
 }
 
 std::vector<std::string> MetricNamesIn(const std::string& expr) {
-  static const std::regex kName(R"(\b(pdserve|process)_[a-z0-9_]+)");
   std::set<std::string> names;
-  for (auto it = std::sregex_iterator(expr.begin(), expr.end(), kName);
-       it != std::sregex_iterator(); ++it) {
-    names.insert(it->str());
+  for (size_t i = 0; i < expr.size();) {
+    if (!IsNameChar(expr[i]) || (i > 0 && IsNameChar(expr[i - 1]))) {
+      ++i;
+      continue;
+    }
+    const std::string word = NameAt(expr, i);
+    if (absl::StartsWith(word, "pdserve_") ||
+        absl::StartsWith(word, "process_")) {
+      names.insert(word);
+    }
+    i += word.size();
   }
   return {names.begin(), names.end()};
 }
