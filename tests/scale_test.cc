@@ -38,6 +38,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster_testing.h"
 #include "tests/fault_testing.h"
+#include "tests/pdctl_testing.h"
 #include "tests/serving_testing.h"
 
 namespace pdserve {
@@ -50,95 +51,16 @@ using testing::Outcome;
 using testing::SlowTinyModelPath;
 using testing::TokenRequest;
 
-class ScaleTest : public ::testing::Test {
+class ScaleTest : public testing::PdctlClusterTest {
  protected:
-  void SetUp() override {
-    work_dir_ = testing::MakeWorkDir(
-        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  }
-
-  void TearDown() override {
-    if (pdctl_ != nullptr && pdctl_->running()) pdctl_->Stop(absl::Seconds(30));
-  }
-
-  // Runs pdctl with `args` (plus --work_dir) to completion; its exit code,
-  // its output in *output.
-  int Pdctl(std::vector<std::string> args, std::string* output = nullptr) {
-    std::string log;
-    {
-      absl::MutexLock lock(&mu_);
-      log = absl::StrCat(work_dir_, "/pdctl-", ++runs_, ".out");
-    }
-    SubprocessOptions options;
-    options.argv = {absl::StrCat(testing::BinDir(), "/cli/pdctl")};
-    options.argv.insert(options.argv.end(), args.begin(), args.end());
-    options.argv.push_back(absl::StrCat("--work_dir=", work_dir_));
-    options.log_path = log;
-    auto process = Subprocess::Start(options);
-    EXPECT_TRUE(process.ok()) << process.status();
-    if (!process.ok()) return -1;
-    const absl::StatusOr<int> status = (*process)->Wait(absl::Seconds(150));
-    if (output != nullptr) *output = cli::TailOfFile(log, 1 << 16);
-    EXPECT_TRUE(status.ok())
-        << "pdctl " << absl::StrJoin(args, " ") << " did not finish";
-    return status.ok() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
-  }
-
-  // `pdctl up --foreground`; returns once ready.
+  // `pdctl up --foreground` with round-robin routing, so that new workers
+  // get their share at once.
   void Up(int prefill, int decode) {
-    SubprocessOptions options;
-    options.argv = {
-        absl::StrCat(testing::BinDir(), "/cli/pdctl"),
-        "up",
-        "--foreground",
-        absl::StrCat("--work_dir=", work_dir_),
-        absl::StrCat("--bin_dir=", testing::BinDir()),
-        absl::StrCat("--model=", SlowTinyModelPath()),
-        absl::StrCat("--prefill=", prefill),
-        absl::StrCat("--decode=", decode),
-        "--router_listen=127.0.0.1:0",
-        "--http_listen=127.0.0.1:0",
-        "--control_listen=127.0.0.1:0",
-        absl::StrCat("--worker_args=",
-                     absl::StrJoin(testing::SmallWorkerArgs(), ",")),
-        "--router_args=--lease_ms=1500,--heartbeat_ms=200,"
-        "--routing_policy=round_robin",
-        "--startup_timeout_s=60",
-        absl::StrCat("--ready_file=", work_dir_, "/ready")};
-    options.log_path = absl::StrCat(work_dir_, "/supervisor.log");
-    auto process = Subprocess::Start(options);
-    ASSERT_TRUE(process.ok()) << process.status();
-    pdctl_ = std::move(*process);
-    const absl::Time give_up = absl::Now() + absl::Seconds(90);
-    while (!std::ifstream(absl::StrCat(work_dir_, "/ready")).good()) {
-      ASSERT_TRUE(pdctl_->running())
-          << cli::TailOfFile(absl::StrCat(work_dir_, "/supervisor.log"));
-      ASSERT_LT(absl::Now(), give_up) << "pdctl up did not become ready";
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ReadState();
+    PdctlClusterTest::Up({absl::StrCat("--prefill=", prefill),
+                          absl::StrCat("--decode=", decode),
+                          "--router_args=--lease_ms=1500,--heartbeat_ms=200,"
+                          "--routing_policy=round_robin"});
   }
-
-  // The state file's endpoints, and each process's state by name.
-  std::map<std::string, std::string> ReadState() {
-    std::map<std::string, std::string> processes;
-    std::ifstream state(absl::StrCat(work_dir_, "/cluster.state"));
-    for (std::string line; std::getline(state, line);) {
-      const std::vector<std::string> f =
-          absl::StrSplit(line, absl::MaxSplits(' ', 7));
-      if (f[0] == "grpc") grpc_ = f[1];
-      if (f[0] == "control") control_ = f[1];
-      if (f[0] == "process" && f.size() == 8) processes[f[1]] = f[5];
-    }
-    return processes;
-  }
-
-  std::string work_dir_;
-  std::unique_ptr<Subprocess> pdctl_;
-  std::string grpc_;
-  std::string control_;
-  absl::Mutex mu_;
-  int runs_ = 0;
 };
 
 TEST_F(ScaleTest, ScaleUpAndDownUnderStreamingLoadDropsNothing) {
@@ -213,9 +135,9 @@ TEST_F(ScaleTest, ScaleUpAndDownUnderStreamingLoadDropsNothing) {
   EXPECT_EQ(up_prefill_code, 0) << up_prefill;
   EXPECT_TRUE(absl::StrContains(up_decode, "started decode-1")) << up_decode;
   EXPECT_TRUE(absl::StrContains(up_prefill, "started prefill-1")) << up_prefill;
-  std::map<std::string, std::string> state = ReadState();
-  EXPECT_EQ(state["decode-1"], "running");
-  EXPECT_EQ(state["prefill-1"], "running");
+  std::map<std::string, testing::ProcessState> state = ReadState();
+  EXPECT_EQ(state["decode-1"].state, "running");
+  EXPECT_EQ(state["prefill-1"].state, "running");
   // The new workers take their share: each completes requests.
   await_seen("decode-1");
   await_seen("prefill-1");
@@ -256,7 +178,7 @@ TEST_F(ScaleTest, ScaleUpAndDownUnderStreamingLoadDropsNothing) {
   std::vector<std::string> left;
   for (const auto& [name, s] : state) {
     if (name == "router") continue;
-    EXPECT_EQ(s, "running") << name;
+    EXPECT_EQ(s.state, "running") << name;
     left.push_back(name);
   }
   ASSERT_EQ(left.size(), 2u) << absl::StrJoin(left, ", ");

@@ -29,106 +29,29 @@
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_testing.h"
+#include "tests/pdctl_testing.h"
 #include "tests/serving_testing.h"
 
 namespace pdserve {
 namespace {
 
 using testing::Outcome;
+using testing::ProcessState;
 
-// One process line of the supervisor's state file.
-struct ProcessState {
-  pid_t pid = 0;
-  std::string state;
-  int restarts = 0;
-  std::string last_exit;
-};
-
-class SupervisorTest : public ::testing::Test {
+class SupervisorTest : public testing::PdctlClusterTest {
  protected:
   void SetUp() override {
-    work_dir_ = testing::MakeWorkDir(
-        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    PdctlClusterTest::SetUp();
     offline_ =
         std::make_unique<testing::OfflineEngine>(testing::SlowTinyModelPath());
   }
 
-  void TearDown() override {
-    if (pdctl_ != nullptr && pdctl_->running()) pdctl_->Stop(absl::Seconds(30));
-  }
-
-  // Runs pdctl with `args` (plus --work_dir) to completion; its exit code,
-  // its output in *output.
-  int Pdctl(std::vector<std::string> args, std::string* output = nullptr) {
-    const std::string log = absl::StrCat(work_dir_, "/pdctl-", ++runs_, ".out");
-    SubprocessOptions options;
-    options.argv = {absl::StrCat(testing::BinDir(), "/cli/pdctl")};
-    options.argv.insert(options.argv.end(), args.begin(), args.end());
-    options.argv.push_back(absl::StrCat("--work_dir=", work_dir_));
-    options.log_path = log;
-    auto process = Subprocess::Start(options);
-    EXPECT_TRUE(process.ok()) << process.status();
-    if (!process.ok()) return -1;
-    const absl::StatusOr<int> status = (*process)->Wait(absl::Seconds(120));
-    if (output != nullptr) *output = cli::TailOfFile(log, 1 << 16);
-    EXPECT_TRUE(status.ok())
-        << "pdctl " << absl::StrJoin(args, " ") << " did not finish";
-    return status.ok() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
-  }
-
-  // `pdctl up --foreground` with quick restarts; returns once ready.
+  // `pdctl up --foreground` with 2 + 2 workers and quick restarts.
   void Up() {
-    SubprocessOptions options;
-    options.argv = {
-        absl::StrCat(testing::BinDir(), "/cli/pdctl"),
-        "up",
-        "--foreground",
-        absl::StrCat("--work_dir=", work_dir_),
-        absl::StrCat("--bin_dir=", testing::BinDir()),
-        absl::StrCat("--model=", testing::SlowTinyModelPath()),
-        "--prefill=2",
-        "--decode=2",
-        "--router_listen=127.0.0.1:0",
-        "--http_listen=127.0.0.1:0",
-        "--control_listen=127.0.0.1:0",
-        absl::StrCat("--worker_args=",
-                     absl::StrJoin(testing::SmallWorkerArgs(), ",")),
-        "--router_args=--lease_ms=1500,--heartbeat_ms=200",
-        "--restart_backoff_ms=200",
-        "--crash_loop_restarts=3",
-        "--startup_timeout_s=60",
-        absl::StrCat("--ready_file=", work_dir_, "/ready")};
-    options.log_path = absl::StrCat(work_dir_, "/supervisor.log");
-    auto process = Subprocess::Start(options);
-    ASSERT_TRUE(process.ok()) << process.status();
-    pdctl_ = std::move(*process);
-    const absl::Time give_up = absl::Now() + absl::Seconds(90);
-    while (!std::ifstream(absl::StrCat(work_dir_, "/ready")).good()) {
-      ASSERT_TRUE(pdctl_->running())
-          << cli::TailOfFile(absl::StrCat(work_dir_, "/supervisor.log"));
-      ASSERT_LT(absl::Now(), give_up) << "pdctl up did not become ready";
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ReadState();
-  }
-
-  // Reads the state file: endpoints and each process's line.
-  std::map<std::string, ProcessState> ReadState() {
-    std::map<std::string, ProcessState> processes;
-    std::ifstream state(absl::StrCat(work_dir_, "/cluster.state"));
-    for (std::string line; std::getline(state, line);) {
-      const std::vector<std::string> f =
-          absl::StrSplit(line, absl::MaxSplits(' ', 7));
-      if (f[0] == "grpc") grpc_ = f[1];
-      if (f[0] == "control") control_ = f[1];
-      if (f[0] != "process" || f.size() != 8) continue;
-      ProcessState& p = processes[f[1]];
-      EXPECT_TRUE(absl::SimpleAtoi(f[3], &p.pid)) << line;
-      EXPECT_TRUE(absl::SimpleAtoi(f[6], &p.restarts)) << line;
-      p.state = f[5];
-      p.last_exit = f[7];
-    }
-    return processes;
+    PdctlClusterTest::Up({"--prefill=2", "--decode=2",
+                          "--router_args=--lease_ms=1500,--heartbeat_ms=200",
+                          "--restart_backoff_ms=200",
+                          "--crash_loop_restarts=3"});
   }
 
   // Waits until `name`'s state line satisfies `done`; the last one read.
@@ -200,11 +123,7 @@ class SupervisorTest : public ::testing::Test {
     }
   }
 
-  std::string work_dir_;
   std::unique_ptr<testing::OfflineEngine> offline_;
-  std::unique_ptr<Subprocess> pdctl_;
-  std::string grpc_, control_;
-  int runs_ = 0;
 };
 
 TEST_F(SupervisorTest, KilledWorkerIsRestartedWhileTheClusterServes) {
