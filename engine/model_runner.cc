@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "engine/cpu_backend.h"
 #include "engine/kv_cache_pool.h"
@@ -178,6 +179,13 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
   const absl::Status forward = backend_->Forward(batch, logits);
   batch.on_layer_done = nullptr;  // holds references into the caller
   PD_RETURN_IF_ERROR(forward);
+  if (options_.testing_pass_delay > absl::ZeroDuration() ||
+      options_.testing_token_delay > absl::ZeroDuration()) {
+    int64_t tokens = 0;
+    for (const StepItem& item : items) tokens += item.num_tokens;
+    absl::SleepFor(options_.testing_pass_delay +
+                   tokens * options_.testing_token_delay);
+  }
   for (const StepItem& item : items) {
     Sequence& s = seqs_[item.id];
     s.num_computed += item.num_tokens;

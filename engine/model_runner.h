@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/forward_backend.h"
 #include "engine/kv_block_manager.h"
@@ -58,6 +59,13 @@ struct ModelRunnerOptions {
   // rounded to fp8). Part of the KV layout, so prefill and decode workers
   // must agree (a transfer between different layouts is refused).
   v1::KvDtype kv_dtype = v1::KV_DTYPE_F16;
+  // Testing only: every forward pass also sleeps pass_delay plus
+  // token_delay per token it computes. Tests of scaling use it to stand in
+  // for hardware whose capacity grows with the number of workers, which two
+  // shared cores cannot give: a sleeping worker leaves the CPU to the
+  // others. Zero (the default) adds nothing.
+  absl::Duration testing_pass_delay = absl::ZeroDuration();
+  absl::Duration testing_token_delay = absl::ZeroDuration();
 };
 
 class ModelRunner {

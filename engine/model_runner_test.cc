@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
@@ -429,6 +430,35 @@ TEST(ModelRunnerTransferTest, KvFromAnotherRunnerDecodesIdentically) {
   }
   // The transferred prompt is now in the decode side's prefix cache.
   EXPECT_EQ(decode->blocks().CountCachedPrefixBlocks(prompt), 5);
+}
+
+// The testing delay stands in for slower hardware: it adds at least the
+// pass delay plus the token delay per token (a lower bound only: the sleep
+// never ends early), and changes no logit.
+TEST(ModelRunnerTestingDelayTest, AddsPassAndTokenDelayAndChangesNothing) {
+  std::unique_ptr<model::Model> m =
+      OpenTiny(model::TinyModelOptions(), "delay.gguf");
+  ASSERT_NE(m, nullptr);
+  const std::vector<int32_t> prompt = Prompt(10, 3, m->config().vocab_size);
+  ModelRunnerOptions delayed;
+  delayed.testing_pass_delay = absl::Milliseconds(30);
+  delayed.testing_token_delay = absl::Milliseconds(5);
+  std::vector<float> plain_logits, delayed_logits;
+  for (bool delay : {false, true}) {
+    auto r = MakeRunner(*m, delay ? delayed : ModelRunnerOptions());
+    ASSERT_NE(r, nullptr);
+    const absl::Time start = absl::Now();
+    auto out = r->Prefill({{1, prompt}});
+    const absl::Duration took = absl::Now() - start;
+    ASSERT_TRUE(out.ok()) << out.status();
+    if (delay) {
+      EXPECT_GE(took, absl::Milliseconds(30 + 10 * 5));
+      delayed_logits = (*out)[0].logits;
+    } else {
+      plain_logits = (*out)[0].logits;
+    }
+  }
+  EXPECT_EQ(delayed_logits, plain_logits);
 }
 
 TEST(ModelRunnerErrorsTest, RefusesBadInputCleanly) {

@@ -225,6 +225,8 @@ absl::Status GenerationCore::Generate(v1::GenerateRequest request,
   const absl::Time arrival = absl::Now();
   PD_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, Encode(request));
   PD_RETURN_IF_ERROR(Validate(request, tokens));
+  // Offered load, refused or not: a planner sizes pools from arrivals.
+  metrics_->request_prompt_tokens->Observe(tokens.size());
   if (request.request_id().empty()) request.set_request_id(NewRequestId());
   const std::string& id = request.request_id();
 

@@ -138,6 +138,7 @@ void RequestStream::RecordFinished(const v1::GenerateResponse& last,
   if (last.finish_reason() == v1::FINISH_REASON_STOP ||
       last.finish_reason() == v1::FINISH_REASON_LENGTH) {
     metrics_->RecordSuccess(last.finish_reason());
+    metrics_->request_generation_tokens->Observe(sent_.size());
   }
 }
 

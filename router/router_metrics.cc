@@ -1,5 +1,6 @@
 #include "router/router_metrics.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -22,6 +23,14 @@ metrics::MetricOptions FamilyOptions(const char* name, const char* help,
 }
 
 }  // namespace
+
+std::vector<double> TokenLengthBuckets() {
+  std::vector<double> bounds = {1, 2, 4};
+  for (double b = 8; b <= 131072.5; b *= std::sqrt(2.0)) {
+    bounds.push_back(std::round(b));
+  }
+  return bounds;
+}
 
 RouterMetrics::RouterMetrics(metrics::Registry* registry,
                              RouterMetricsOptions options)
@@ -149,6 +158,18 @@ absl::Status RouterMetrics::Register() {
                 "prefill compute ended (the part not hidden behind "
                 "compute), in seconds.",
                 options_.buckets.itl));
+  PD_ASSIGN_OR_RETURN(
+      request_prompt_tokens,
+      histogram("pdserve_request_prompt_tokens",
+                "Prompt tokens per request, observed when the router "
+                "accepts it (its _count is the arrival count).",
+                TokenLengthBuckets()));
+  PD_ASSIGN_OR_RETURN(
+      request_generation_tokens,
+      histogram("pdserve_request_generation_tokens",
+                "Tokens generated per request that ended with its last "
+                "token (finish reason stop or length).",
+                TokenLengthBuckets()));
   PD_ASSIGN_OR_RETURN(prompt_tokens,
                       counter("pdserve_prompt_tokens_total",
                               "Prompt tokens of requests that got their "

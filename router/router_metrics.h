@@ -50,6 +50,10 @@ enum class Overload {
 // The path a routing decision chose: the label path.
 enum class RoutingPath { kDisaggregated, kLocalPrefill };
 
+// Bounds of the token-length histograms: 1, 2, 4, then powers of sqrt(2)
+// rounded (8, 11, 16, 23, ...) to 131072: every length within 41 %.
+std::vector<double> TokenLengthBuckets();
+
 struct RouterMetricsOptions {
   std::string model;  // the served model name
   metrics::LatencyBuckets buckets;
@@ -98,6 +102,12 @@ class RouterMetrics {
   metrics::Histogram* queue_time = nullptr;
   metrics::Histogram* prefill_time = nullptr;
   metrics::Histogram* kv_transfer_tail = nullptr;
+  // Length distributions (what a planner sizes pools from, not only the
+  // means the token counters give): every accepted request's prompt tokens,
+  // observed at arrival (its _count is the arrival count), and the tokens
+  // generated for each request that ended with its last token.
+  metrics::Histogram* request_prompt_tokens = nullptr;
+  metrics::Histogram* request_generation_tokens = nullptr;
   // Prompt tokens of requests that got their first token; tokens sent to
   // clients.
   metrics::Counter* prompt_tokens = nullptr;

@@ -73,6 +73,31 @@ TEST(RouterMetricsTest, OutcomesRoutesAndTokens) {
               HasSubstr(R"(pdserve_requests_in_flight{model="smollm"} 1)"));
 }
 
+TEST(RouterMetricsTest, TokenLengthsAreHistogramsWithinFortyOnePercent) {
+  const std::vector<double> bounds = TokenLengthBuckets();
+  ASSERT_GE(bounds.size(), 4u);
+  EXPECT_EQ(bounds[0], 1);
+  EXPECT_EQ(bounds.back(), 131072);
+  for (size_t i = 1; i < bounds.size(); ++i) {
+    EXPECT_GT(bounds[i], bounds[i - 1]);
+    EXPECT_LE(bounds[i], 2 * bounds[i - 1]);
+  }
+  metrics::Registry registry;
+  std::unique_ptr<RouterMetrics> m = Make(&registry);
+  m->request_prompt_tokens->Observe(100);
+  m->request_prompt_tokens->Observe(3000);
+  m->request_generation_tokens->Observe(7);
+  const std::string text = metrics::RenderText(registry);
+  EXPECT_THAT(text, HasSubstr(R"(pdserve_request_prompt_tokens_bucket{)"
+                              R"(model="smollm",le="91"} 0)"));
+  EXPECT_THAT(text, HasSubstr(R"(pdserve_request_prompt_tokens_bucket{)"
+                              R"(model="smollm",le="128"} 1)"));
+  EXPECT_THAT(text, HasSubstr(R"(pdserve_request_prompt_tokens_sum{)"
+                              R"(model="smollm"} 3100)"));
+  EXPECT_THAT(text, HasSubstr(R"(pdserve_request_generation_tokens_count{)"
+                              R"(model="smollm"} 1)"));
+}
+
 TEST(RouterMetricsTest, WorkerPoolsAreCountedAtScrapeTime) {
   metrics::Registry registry;
   std::unique_ptr<RouterMetrics> m = Make(&registry);

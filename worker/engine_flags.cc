@@ -13,6 +13,12 @@ ABSL_FLAG(int32_t, max_running, 64, "most sequences decoding at once");
 ABSL_FLAG(int32_t, threads, 0,
           "forward-pass threads (0: the CPUs this process may use)");
 ABSL_FLAG(bool, prefix_cache, true, "reuse KV of shared prompt prefixes");
+ABSL_FLAG(int32_t, testing_pass_delay_us, 0,
+          "testing only: every forward pass also sleeps this long (stands in "
+          "for hardware whose capacity grows with the number of workers)");
+ABSL_FLAG(int32_t, testing_token_delay_us, 0,
+          "testing only: every forward pass also sleeps this long per token "
+          "it computes");
 
 namespace pdserve::worker {
 
@@ -56,6 +62,10 @@ engine::EngineOptions EngineOptionsFromFlags() {
   options.runner.num_threads = absl::GetFlag(FLAGS_threads);
   options.runner.enable_prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.runner.kv_dtype = absl::GetFlag(FLAGS_kv_cache_dtype).dtype;
+  options.runner.testing_pass_delay =
+      absl::Microseconds(absl::GetFlag(FLAGS_testing_pass_delay_us));
+  options.runner.testing_token_delay =
+      absl::Microseconds(absl::GetFlag(FLAGS_testing_token_delay_us));
   options.max_running = absl::GetFlag(FLAGS_max_running);
   return options;
 }

@@ -282,6 +282,14 @@ TEST_F(PrometheusScrapeTest, CountersQuantilesDashboardAndPromtool) {
             ok_requests);
   EXPECT_EQ(AskScalar("sum(pdserve_time_to_first_token_seconds_count)"),
             ok_requests);
+  // The length distributions a planner reads: one arrival per request, and
+  // sums equal to the token counters.
+  EXPECT_EQ(AskScalar("sum(pdserve_request_prompt_tokens_count)"), ok_requests);
+  EXPECT_EQ(AskScalar("sum(pdserve_request_prompt_tokens_sum)"), prompt_tokens);
+  EXPECT_EQ(AskScalar("sum(pdserve_request_generation_tokens_count)"),
+            ok_requests);
+  EXPECT_EQ(AskScalar("sum(pdserve_request_generation_tokens_sum)"),
+            output_tokens);
 
   // --- Quantiles: the bench's p50 within the width of its bucket.
   // The exported buckets are the contract's (ExponentialBucketsRange(0.001,
