@@ -21,6 +21,13 @@
 //                  the router, which migrates it (cli/scale.h). Concurrent
 //                  scales wait their turn; a cluster left with no decode
 //                  or colocated worker is refused
+//   pdctl plan     --profile=FILE [--once --ttft_target_ms --itl_target_ms
+//                  --interval_s ...]  the SLO planner (docs/planner.md) on
+//                  the router's metrics: --once prints one advisory
+//                  decision (measured over --interval_s) and changes
+//                  nothing; without it, resizes the local cluster `up`
+//                  started every interval until Ctrl-C (pd-planner is the
+//                  same as a process of its own)
 //   pdctl policy   [round_robin|least_loaded|kv_aware]
 //                  [--local_prefill_max_uncached_tokens=N]
 //                  shows, or sets at run time, the router's routing policy
@@ -61,8 +68,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "autoscaler/planner_process.h"
 #include "cli/admin_client.h"
 #include "cli/bench_command.h"
+#include "cli/cluster_state.h"
 #include "cli/generate_client.h"
 #include "cli/local_cluster.h"
 #include "cli/scale.h"
@@ -129,6 +138,8 @@ ABSL_FLAG(std::string, router_http, "",
           "top: the router's HTTP address, where it serves /metrics (default: "
           "the running local cluster's, else 127.0.0.1:8000)");
 ABSL_FLAG(int32_t, interval_ms, 1000, "top: time between two refreshes");
+ABSL_FLAG(bool, once, false,
+          "plan: one advisory decision, printed; change nothing");
 ABSL_FLAG(int32_t, iterations, 0,
           "top: stop after this many frames (0: until Ctrl-C)");
 ABSL_FLAG(int32_t, wait_ms, 0,
@@ -159,38 +170,25 @@ std::string WorkDir() {
                       "/.cache/pdserve/local-cluster");
 }
 
-// The running cluster's supervisor pid and endpoints, for `pdctl down`.
-std::string StateFile() { return WorkDir() + "/cluster.state"; }
+// The running cluster's supervisor pid and endpoints (cli/cluster_state.h).
+std::string StateFile() { return ClusterStatePath(WorkDir()); }
 
-// The supervisor pid recorded in the state file, when that process still
-// runs and is a pdctl (a stale file from a supervisor that was killed must
-// not make us signal whatever process reused its pid).
 std::optional<pid_t> LiveSupervisor() {
-  std::ifstream in(StateFile());
-  pid_t pid = 0;
-  std::string key;
-  if (!(in >> key >> pid) || key != "pid" || pid <= 0) return std::nullopt;
-  std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
-  std::string argv0;
-  std::getline(cmdline, argv0, '\0');
-  if (argv0.find("pdctl") == std::string::npos) return std::nullopt;
-  return pid;
+  return pdserve::cli::LiveSupervisor(WorkDir());
 }
 
 // The local cluster's processes as its supervisor last recorded them, for
 // pdctl status; empty when no supervisor runs.
 std::string FormatLocalProcesses() {
   if (!LiveSupervisor().has_value()) return "";
-  std::ifstream in(StateFile());
+  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+  if (!state.ok()) return "";
   std::string out = absl::StrFormat(
       "\nlocal cluster (%s)\n%-14s %-8s %-12s %8s  %s\n", WorkDir(), "PROCESS",
       "PID", "STATE", "RESTARTS", "LAST EXIT");
-  for (std::string line; std::getline(in, line);) {
-    const std::vector<std::string> f =
-        absl::StrSplit(line, absl::MaxSplits(' ', 7));
-    if (f.size() != 8 || f[0] != "process") continue;
-    absl::StrAppendFormat(&out, "%-14s %-8s %-12s %8s  %s\n", f[1], f[3], f[5],
-                          f[6], f[7]);
+  for (const ClusterStateProcess& p : state->processes) {
+    absl::StrAppendFormat(&out, "%-14s %-8d %-12s %8d  %s\n", p.name, p.pid,
+                          p.state, p.restarts, p.last_exit);
   }
   return out;
 }
@@ -238,17 +236,12 @@ int Status() {
 // pdctl top keeps each process's scrapes of the last minute.
 constexpr absl::Duration kTopWindow = absl::Seconds(60);
 
-// "127.0.0.1:PORT" of the running local cluster's HTTP port, from its state
-// file's "http http://HOST:PORT/v1" line.
+// "127.0.0.1:PORT" of the running local cluster's HTTP port.
 std::optional<std::string> LocalClusterHttp() {
   if (!LiveSupervisor().has_value()) return std::nullopt;
-  std::ifstream in(StateFile());
-  for (std::string line; std::getline(in, line);) {
-    absl::string_view rest = line;
-    if (!absl::ConsumePrefix(&rest, "http http://")) continue;
-    return std::string(rest.substr(0, rest.find('/')));
-  }
-  return std::nullopt;
+  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+  if (!state.ok() || state->http.empty()) return std::nullopt;
+  return state->HttpAddress();
 }
 
 // pdctl top: a baseline scrape, then a frame every --interval_ms (so the
@@ -475,25 +468,28 @@ int Health(const std::vector<char*>& args) {
   return *health == rpc::HealthStatus::kServing ? 0 : 1;
 }
 
-// The state file: the supervisor's pid, the endpoints, and one line per
-// process ("process NAME ADDRESS PID LOG STATE RESTARTS LAST-EXIT..."),
-// rewritten whenever a process changes (pdctl status reads it). Written
-// whole to a temporary file and renamed, so readers never see half of it.
+// Rewrites the state file (cli/cluster_state.h) from the supervisor's
+// records: whenever a process changes, and after every scale.
 void WriteStateFile(LocalCluster& cluster, const Supervisor& supervisor) {
-  std::ostringstream state;
-  state << "pid " << ::getpid() << "\n"
-        << "grpc " << cluster.router_address() << "\n"
-        << "http " << cluster.http_url() << "/v1\n"
-        << "control " << cluster.control_address() << "\n";
+  ClusterState state;
+  state.supervisor_pid = ::getpid();
+  state.grpc = cluster.router_address();
+  state.http = absl::StrCat(cluster.http_url(), "/v1");
+  state.control = cluster.control_address();
   for (const SupervisedProcess& s : supervisor.processes()) {
     const LocalProcess* p = cluster.Find(s.name);
-    state << "process " << p->name << " " << p->address << " "
-          << p->process->pid() << " " << p->log_path << " "
-          << SupervisedStateName(s.state) << " " << s.restarts << " "
-          << (s.last_exit.empty() ? "-" : s.last_exit) << "\n";
+    state.processes.push_back({.name = p->name,
+                               .address = p->address,
+                               .pid = p->process->pid(),
+                               .log_path = p->log_path,
+                               .state = SupervisedStateName(s.state),
+                               .restarts = s.restarts,
+                               .last_exit = s.last_exit});
   }
-  std::ofstream(StateFile() + ".tmp") << state.str();
-  std::rename((StateFile() + ".tmp").c_str(), StateFile().c_str());
+  if (absl::Status written = WriteClusterState(WorkDir(), state);
+      !written.ok()) {
+    std::cerr << "pdctl: " << written << std::endl;
+  }
 }
 
 RestartPolicy RestartPolicyFromFlags() {
@@ -609,19 +605,14 @@ int Up() {
   const absl::Time give_up =
       absl::Now() + options.startup_timeout + absl::Seconds(10);
   while (absl::Now() < give_up) {
-    std::ifstream in(StateFile());
-    if (in.good()) {
-      std::string line;
-      while (std::getline(in, line)) {
-        std::vector<std::string> f = absl::StrSplit(line, ' ');
-        if (f[0] == "grpc") std::cout << "  router gRPC     " << f[1] << "\n";
-        if (f[0] == "http") std::cout << "  router HTTP     " << f[1] << "\n";
-        if (f[0] == "control")
-          std::cout << "  router control  " << f[1] << "\n";
-        if (f[0] == "process" && f.size() >= 4) {
-          std::cout << "  " << f[1] << " on " << f[2] << " (pid " << f[3]
-                    << ")\n";
-        }
+    if (absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+        state.ok()) {
+      std::cout << "  router gRPC     " << state->grpc << "\n"
+                << "  router HTTP     " << state->http << "\n"
+                << "  router control  " << state->control << "\n";
+      for (const ClusterStateProcess& p : state->processes) {
+        std::cout << "  " << p.name << " on " << p.address << " (pid " << p.pid
+                  << ")\n";
       }
       std::cout << "cluster ready (supervisor pid " << pid
                 << "); pdctl down stops it" << std::endl;
@@ -673,6 +664,27 @@ int Down() {
   return 0;
 }
 
+// pdctl plan: the planner process (autoscaler/planner_process.h) on this
+// pdctl's router and local cluster.
+int Plan() {
+  std::string router_http = absl::GetFlag(FLAGS_router_http);
+  if (router_http.empty()) {
+    router_http = LocalClusterHttp().value_or("127.0.0.1:8000");
+  }
+  return autoscaler::RunPlannerProcess(
+      {.router_control = absl::GetFlag(FLAGS_router),
+       .router_http = router_http,
+       .scaler = "local",
+       .local = {.work_dir = WorkDir(),
+                 .drain_deadline =
+                     absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms)),
+                 .startup_timeout =
+                     absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s))},
+       .metrics_listen = "",
+       .port_file = "",
+       .once = absl::GetFlag(FLAGS_once)});
+}
+
 }  // namespace
 }  // namespace pdserve::cli
 
@@ -687,6 +699,8 @@ int main(int argc, char** argv) {
       "  drain WORKER_ID    stop sending work to a worker and let it exit\n"
       "  scale POOL N       resize a pool of the local cluster (prefill,\n"
       "                     decode, colocated); no request is dropped\n"
+      "  plan --profile=F   the SLO planner: --once for one advisory\n"
+      "                     decision, else it resizes the local cluster\n"
       "  policy [NAME]      show or set the routing policy\n"
       "  generate           stream an answer through the router\n"
       "  health ADDRESS     grpc.health.v1 check (exit 0 when SERVING)\n"
@@ -703,6 +717,7 @@ int main(int argc, char** argv) {
   if (command == "top") return pdserve::cli::Top();
   if (command == "drain") return pdserve::cli::Drain(args);
   if (command == "scale") return pdserve::cli::Scale(args);
+  if (command == "plan") return pdserve::cli::Plan();
   if (command == "policy") return pdserve::cli::Policy(args);
   if (command == "generate") return pdserve::cli::Generate();
   if (command == "health") return pdserve::cli::Health(args);

@@ -32,28 +32,50 @@ std::optional<double> CounterIncrease(const ParsedMetrics* older,
   return total;
 }
 
+namespace {
+
+// The series of histogram `family` in `older`, by labels.
+std::map<Labels, const ParsedHistogram*> SeriesBefore(
+    const ParsedMetrics* older, absl::string_view family) {
+  std::map<Labels, const ParsedHistogram*> before;
+  if (const ParsedFamily* then = older ? older->Find(family) : nullptr) {
+    for (const ParsedHistogram& h : then->histograms) before[h.labels] = &h;
+  }
+  return before;
+}
+
+// The older bucket counts of `now`'s series, by bound (empty when it is
+// new), and whether the series was reset in between (a bucket went down).
+std::map<double, double> OldCounts(
+    const ParsedHistogram& now,
+    const std::map<Labels, const ParsedHistogram*>& before, bool* reset) {
+  std::map<double, double> old_counts;
+  if (const auto it = before.find(now.labels); it != before.end()) {
+    for (const ParsedBucket& b : it->second->buckets) {
+      old_counts[b.upper_bound] = b.cumulative_count;
+    }
+  }
+  *reset = std::any_of(
+      now.buckets.begin(), now.buckets.end(), [&](const ParsedBucket& b) {
+        const auto it = old_counts.find(b.upper_bound);
+        return it != old_counts.end() && b.cumulative_count < it->second;
+      });
+  return old_counts;
+}
+
+}  // namespace
+
 std::vector<ParsedBucket> BucketIncrease(const ParsedMetrics* older,
                                          const ParsedMetrics& newer,
                                          absl::string_view family) {
   const ParsedFamily* now = newer.Find(family);
   if (now == nullptr || now->histograms.empty()) return {};
-  std::map<Labels, const ParsedHistogram*> before;
-  if (const ParsedFamily* then = older ? older->Find(family) : nullptr) {
-    for (const ParsedHistogram& h : then->histograms) before[h.labels] = &h;
-  }
+  const std::map<Labels, const ParsedHistogram*> before =
+      SeriesBefore(older, family);
   std::map<double, double> by_bound;
   for (const ParsedHistogram& h : now->histograms) {
-    std::map<double, double> old_counts;
-    if (const auto it = before.find(h.labels); it != before.end()) {
-      for (const ParsedBucket& b : it->second->buckets) {
-        old_counts[b.upper_bound] = b.cumulative_count;
-      }
-    }
-    const bool reset = std::any_of(
-        h.buckets.begin(), h.buckets.end(), [&](const ParsedBucket& b) {
-          const auto it = old_counts.find(b.upper_bound);
-          return it != old_counts.end() && b.cumulative_count < it->second;
-        });
+    bool reset = false;
+    const std::map<double, double> old_counts = OldCounts(h, before, &reset);
     for (const ParsedBucket& b : h.buckets) {
       const auto it = old_counts.find(b.upper_bound);
       const double then = reset || it == old_counts.end() ? 0 : it->second;
@@ -64,6 +86,23 @@ std::vector<ParsedBucket> BucketIncrease(const ParsedMetrics* older,
   out.reserve(by_bound.size());
   for (const auto& [bound, count] : by_bound) out.push_back({bound, count});
   return out;
+}
+
+std::optional<double> HistogramSumIncrease(const ParsedMetrics* older,
+                                           const ParsedMetrics& newer,
+                                           absl::string_view family) {
+  const ParsedFamily* now = newer.Find(family);
+  if (now == nullptr || now->histograms.empty()) return std::nullopt;
+  const std::map<Labels, const ParsedHistogram*> before =
+      SeriesBefore(older, family);
+  double total = 0;
+  for (const ParsedHistogram& h : now->histograms) {
+    bool reset = false;
+    OldCounts(h, before, &reset);
+    const auto it = before.find(h.labels);
+    total += h.sum - (reset || it == before.end() ? 0 : it->second->sum);
+  }
+  return total;
 }
 
 std::optional<double> GaugeSum(const ParsedMetrics& metrics,

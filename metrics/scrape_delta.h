@@ -38,6 +38,12 @@ std::vector<ParsedBucket> BucketIncrease(const ParsedMetrics* older,
                                          const ParsedMetrics& newer,
                                          absl::string_view family);
 
+// The increase of histogram `family`'s `_sum`, summed over its series (with
+// BucketIncrease's reset rule); nullopt when `newer` has no series of it.
+std::optional<double> HistogramSumIncrease(const ParsedMetrics* older,
+                                           const ParsedMetrics& newer,
+                                           absl::string_view family);
+
 // The sum (or the largest value) of the samples of `family` (a gauge, or
 // untyped) in one scrape; nullopt when it has none.
 std::optional<double> GaugeSum(const ParsedMetrics& metrics,

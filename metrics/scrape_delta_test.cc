@@ -116,5 +116,27 @@ TEST(ScrapeDeltaTest, AHistogramWithABucketGoneDownWasReset) {
               ::testing::ElementsAre(2, 70));
 }
 
+TEST(ScrapeDeltaTest, HistogramSumIncreaseFollowsEachSeriesAndItsResets) {
+  const ParsedMetrics before = Parse(
+      "# TYPE h histogram\n"
+      "h_bucket{w=\"a\",le=\"+Inf\"} 4\nh_sum{w=\"a\"} 40\n"
+      "h_count{w=\"a\"} 4\n"
+      "h_bucket{w=\"b\",le=\"+Inf\"} 9\nh_sum{w=\"b\"} 90\n"
+      "h_count{w=\"b\"} 9\n");
+  // a grew by 2 observations summing 25; b restarted (its count went
+  // down): all of its 3 observations, summing 12, are new; c is new.
+  const ParsedMetrics after = Parse(
+      "# TYPE h histogram\n"
+      "h_bucket{w=\"a\",le=\"+Inf\"} 6\nh_sum{w=\"a\"} 65\n"
+      "h_count{w=\"a\"} 6\n"
+      "h_bucket{w=\"b\",le=\"+Inf\"} 3\nh_sum{w=\"b\"} 12\n"
+      "h_count{w=\"b\"} 3\n"
+      "h_bucket{w=\"c\",le=\"+Inf\"} 1\nh_sum{w=\"c\"} 7\n"
+      "h_count{w=\"c\"} 1\n");
+  EXPECT_EQ(HistogramSumIncrease(&before, after, "h"), 25 + 12 + 7);
+  EXPECT_EQ(HistogramSumIncrease(nullptr, after, "h"), 65 + 12 + 7);
+  EXPECT_FALSE(HistogramSumIncrease(&before, after, "missing").has_value());
+}
+
 }  // namespace
 }  // namespace pdserve::metrics

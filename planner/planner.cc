@@ -303,7 +303,16 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
   if (d.observed_latency_s.has_value() && weight >= 1 && steady &&
       samples >= opt.min_correction_samples && d.model_latency_s > 0 &&
       d.model_latency_s < kOverloaded) {
-    const double ratio = std::clamp(*d.observed_latency_s / d.model_latency_s,
+    // A histogram's quantile is known to its bucket only: the model's
+    // prediction, moved into that bucket, is what the observation can
+    // vouch for.
+    const std::optional<Observation::Bucket>& bucket =
+        prefill ? o.ttft_bucket : o.itl_bucket;
+    const double observed =
+        bucket.has_value()
+            ? std::clamp(d.model_latency_s, bucket->lower, bucket->upper)
+            : *d.observed_latency_s;
+    const double ratio = std::clamp(observed / d.model_latency_s,
                                     opt.min_correction, opt.max_correction);
     state.correction =
         std::clamp(opt.correction_alpha * ratio +

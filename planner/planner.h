@@ -73,6 +73,17 @@ struct Observation {
   // they come from; absent when the interval had none.
   std::optional<double> ttft_s, itl_s;
   double ttft_samples = 0, itl_samples = 0;
+  // When a quantile was read from a histogram (a live cluster's metrics):
+  // the bucket it fell in, [lower, upper] bound (upper +Inf for the last).
+  // The quantile is only known to lie in it, so a prediction inside the
+  // bucket agrees with the observation; the latency correction then
+  // compares the prediction with the bucket's nearest edge, never with a
+  // value interpolated inside a bucket twice as wide as it is low.
+  // Absent: the quantile is exact (the simulator).
+  struct Bucket {
+    double lower = 0, upper = 0;
+  };
+  std::optional<Bucket> ttft_bucket, itl_bucket;
   PoolObservation prefill, decode;
 };
 

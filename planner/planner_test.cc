@@ -108,7 +108,8 @@ class Loop {
   }
   Decision Step(double rate, double prompt = 128, double output = 100,
                 std::optional<double> ttft = std::nullopt,
-                double prefill_queue = 0) {
+                double prefill_queue = 0,
+                std::optional<Observation::Bucket> ttft_bucket = std::nullopt) {
     Observation o;
     t_ += 30;
     o.time_s = t_;
@@ -118,6 +119,7 @@ class Loop {
     o.load.output.Add(output, o.load.requests);
     o.ttft_s = ttft;
     o.ttft_samples = ttft ? o.load.requests : 0;
+    o.ttft_bucket = ttft_bucket;
     o.prefill = {prefill_, prefill_, prefill_queue, 0};
     o.decode = {decode_, decode_, 0, 0.3};
     Decision d = planner_->Decide(o);
@@ -291,6 +293,33 @@ TEST(PlannerTest, ObservedLatencyAboveTheModelAddsWorkers) {
   EXPECT_GT(b.prefill.correction, 2.0);
   EXPECT_GT(b.prefill.desired, a.prefill.desired);
   EXPECT_THAT(b.prefill.reasons[0], HasSubstr("latency correction"));
+}
+
+// A live cluster's quantile comes from histogram buckets (pdserve's ITL
+// buckets are a factor 2 apart): what was interpolated inside a bucket is
+// not evidence against a prediction inside the same bucket.
+TEST(PlannerTest, AHistogramQuantileCorrectsOnlyBeyondItsBucket) {
+  // Each interval observes `factor` x the model's TTFT at the pool's
+  // size, in the bucket [lower, upper] x the model's.
+  auto correction = [](double factor, double lower, double upper) {
+    Loop loop;
+    Decision d;
+    for (int i = 0; i < 8; ++i) {
+      const double model =
+          PredictTtft(Profile(), Load(10, 128, 100), loop.prefill(), 0.99);
+      d = loop.Step(10, 128, 100, factor * model, 0,
+                    Observation::Bucket{lower * model, upper * model});
+    }
+    return d.prefill.correction;
+  };
+  // Interpolated at 1.9x the model, but the bucket [0.6x, 2.4x] holds the
+  // model's value: no correction.
+  EXPECT_DOUBLE_EQ(correction(1.9, 0.6, 2.4), 1);
+  // The bucket [2x, 4x] lies wholly above: at least 2x slower, and that is
+  // all the observation says (interpolated, 3x); smoothed toward 2.
+  const double above = correction(3, 2, 4);
+  EXPECT_GT(above, 1.8);
+  EXPECT_LE(above, 2);
 }
 
 TEST(PlannerTest, LatencyOfABacklogIsNotTakenForASlowProfile) {

@@ -5,11 +5,10 @@
 #include <fstream>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cli/cluster_state.h"
 #include "cli/local_cluster.h"
 #include "tests/cluster_testing.h"
 
@@ -46,7 +45,8 @@ int PdctlClusterTest::Pdctl(std::vector<std::string> args, std::string* output,
   return status.ok() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
 }
 
-void PdctlClusterTest::Up(const std::vector<std::string>& extra_args) {
+void PdctlClusterTest::Up(const std::vector<std::string>& extra_args,
+                          const std::string& model) {
   SubprocessOptions options;
   options.argv = {
       absl::StrCat(BinDir(), "/cli/pdctl"),
@@ -54,7 +54,7 @@ void PdctlClusterTest::Up(const std::vector<std::string>& extra_args) {
       "--foreground",
       absl::StrCat("--work_dir=", work_dir_),
       absl::StrCat("--bin_dir=", BinDir()),
-      absl::StrCat("--model=", SlowTinyModelPath()),
+      absl::StrCat("--model=", model.empty() ? SlowTinyModelPath() : model),
       "--router_listen=127.0.0.1:0",
       "--http_listen=127.0.0.1:0",
       "--control_listen=127.0.0.1:0",
@@ -78,18 +78,17 @@ void PdctlClusterTest::Up(const std::vector<std::string>& extra_args) {
 
 std::map<std::string, ProcessState> PdctlClusterTest::ReadState() {
   std::map<std::string, ProcessState> processes;
-  std::ifstream state(absl::StrCat(work_dir_, "/cluster.state"));
-  for (std::string line; std::getline(state, line);) {
-    const std::vector<std::string> f =
-        absl::StrSplit(line, absl::MaxSplits(' ', 7));
-    if (f[0] == "grpc") grpc_ = f[1];
-    if (f[0] == "control") control_ = f[1];
-    if (f[0] != "process" || f.size() != 8) continue;
-    ProcessState& p = processes[f[1]];
-    EXPECT_TRUE(absl::SimpleAtoi(f[3], &p.pid)) << line;
-    EXPECT_TRUE(absl::SimpleAtoi(f[6], &p.restarts)) << line;
-    p.state = f[5];
-    p.last_exit = f[7];
+  absl::StatusOr<cli::ClusterState> state = cli::ReadClusterState(work_dir_);
+  EXPECT_TRUE(state.ok()) << state.status();
+  if (!state.ok()) return processes;
+  grpc_ = state->grpc;
+  control_ = state->control;
+  http_ = state->HttpAddress();
+  for (const cli::ClusterStateProcess& p : state->processes) {
+    processes[p.name] = {.pid = p.pid,
+                         .state = p.state,
+                         .restarts = p.restarts,
+                         .last_exit = p.last_exit};
   }
   return processes;
 }

@@ -40,12 +40,13 @@ class PdctlClusterTest : public ::testing::Test {
   int Pdctl(std::vector<std::string> args, std::string* output = nullptr,
             absl::Duration timeout = absl::Seconds(150));
 
-  // `pdctl up --foreground` on the slow test model with small workers,
-  // loopback ports, short leases and `extra_args`; returns once ready
-  // (fails the test if the supervisor exits or 90 s pass first).
-  void Up(const std::vector<std::string>& extra_args);
+  // `pdctl up --foreground` on `model` (empty: the slow test model) with
+  // small workers, loopback ports, short leases and `extra_args`; returns
+  // once ready (fails the test if the supervisor exits or 90 s pass first).
+  void Up(const std::vector<std::string>& extra_args,
+          const std::string& model = "");
 
-  // Reads the state file: the endpoints (grpc_, control_) and each
+  // Reads the state file: the endpoints (grpc_, control_, http_) and each
   // process's line, by name.
   std::map<std::string, ProcessState> ReadState();
 
@@ -53,6 +54,7 @@ class PdctlClusterTest : public ::testing::Test {
   std::unique_ptr<Subprocess> pdctl_;
   std::string grpc_;
   std::string control_;
+  std::string http_;  // host:port of the router's HTTP (and /metrics)
 
  private:
   absl::Mutex mu_;

@@ -1,0 +1,51 @@
+// What the live planner sees of a cluster in one interval, as the planner
+// core takes it (planner::Observation): made from two scrapes of the
+// router's GET /metrics an interval apart and the router's list of workers.
+//
+// From the router's metrics (docs/metrics.md), as increases between the
+// two scrapes (metrics/scrape_delta.h; a router restart between them reads
+// as a counter reset, not a negative load):
+//   - arrivals and prompt lengths: pdserve_request_prompt_tokens (observed
+//     when a request arrives; its count is the arrival count);
+//   - output lengths: pdserve_request_generation_tokens (finished requests);
+//   - the prefix cache's share of prompt tokens:
+//     pdserve_routed_cached_prompt_tokens_total over
+//     pdserve_routed_prompt_tokens_total;
+//   - TTFT and ITL at the planner's quantile, with their sample counts and
+//     the bucket each fell in (the quantile is known to that bucket only):
+//     pdserve_time_to_first_token_seconds,
+//     pdserve_inter_token_latency_seconds (histogram_quantile).
+// From the router's Admin ListWorkers (each worker's heartbeat), per pool:
+// the workers serving (ready), the requests waiting (prefill: prompts
+// queued; decode: sequences admitted but not running) and, for decode, the
+// mean KV cache usage.
+//
+// Thread-safety: a pure function over plain values.
+#ifndef PDSERVE_AUTOSCALER_CLUSTER_OBSERVATION_H_
+#define PDSERVE_AUTOSCALER_CLUSTER_OBSERVATION_H_
+
+#include "metrics/text_parse.h"
+#include "planner/planner.h"
+#include "proto/admin.pb.h"
+
+namespace pdserve::autoscaler {
+
+struct ObservationInput {
+  double time_s = 0;      // when `router_now` was scraped (planner clock)
+  double duration_s = 0;  // since `router_before` was scraped
+  // The interval's first scrape; nullptr when there is none (everything
+  // the router has counted since it started is then the interval's).
+  const metrics::ParsedMetrics* router_before = nullptr;
+  const metrics::ParsedMetrics* router_now = nullptr;
+  const v1::ListWorkersResponse* workers = nullptr;
+  // The replicas each pool was last asked for (the scaler's answer).
+  int prefill_configured = 0;
+  int decode_configured = 0;
+  double quantile = 0.99;
+};
+
+planner::Observation BuildObservation(const ObservationInput& input);
+
+}  // namespace pdserve::autoscaler
+
+#endif  // PDSERVE_AUTOSCALER_CLUSTER_OBSERVATION_H_

@@ -1,0 +1,80 @@
+// The state file of a `pdctl up` cluster (WORK_DIR/cluster.state): what its
+// supervisor last recorded, for the other pdctl commands (status, top,
+// down, scale) and the planner's local scaler (autoscaler/) to read.
+//
+//   pid 4242                               the supervisor (pdctl up)
+//   grpc 127.0.0.1:50050                   the router's client gRPC
+//   http http://127.0.0.1:8000/v1          its OpenAI HTTP base
+//   control 127.0.0.1:50051                its control port (admin API)
+//   process NAME ADDRESS PID LOG STATE RESTARTS LAST-EXIT...
+//
+// one process line per supervised process, the router first; STATE is
+// SupervisedStateName's ("running", "backing-off", "crash-loop", "leaving",
+// "left") and LAST-EXIT the rest of the line ("-" when none). The
+// supervisor rewrites the whole file (a temporary file renamed into place)
+// whenever a process changes and after every scale, so a reader never sees
+// half of it.
+//
+// Thread-safety: plain values and functions.
+#ifndef PDSERVE_CLI_CLUSTER_STATE_H_
+#define PDSERVE_CLI_CLUSTER_STATE_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace pdserve::cli {
+
+struct ClusterStateProcess {
+  std::string name;  // "router", "prefill-0", ...
+  std::string address;
+  pid_t pid = 0;
+  std::string log_path;
+  std::string state;  // SupervisedStateName
+  int restarts = 0;
+  std::string last_exit;  // "-" when none
+};
+
+struct ClusterState {
+  pid_t supervisor_pid = 0;
+  std::string grpc;     // host:port
+  std::string http;     // "http://host:port/v1"
+  std::string control;  // host:port
+  std::vector<ClusterStateProcess> processes;
+
+  // "host:port" of the HTTP base (where the router serves /metrics).
+  std::string HttpAddress() const;
+  // Members of each pool ("prefill", "decode", "colocated"; all three
+  // present): its workers that have not left or begun leaving. A worker
+  // backing off after a crash is still a member. This is the size the pool
+  // was last asked for, once a scale has finished.
+  std::map<std::string, int> PoolSizes() const;
+};
+
+std::string ClusterStatePath(const std::string& work_dir);
+
+// INVALID_ARGUMENT naming the line that is malformed. Unknown keys are
+// skipped (a newer supervisor may add lines).
+absl::StatusOr<ClusterState> ParseClusterState(absl::string_view text);
+// NOT_FOUND when there is no state file (no cluster up in that folder).
+absl::StatusOr<ClusterState> ReadClusterState(const std::string& work_dir);
+// The text ParseClusterState reads.
+std::string FormatClusterState(const ClusterState& state);
+// Writes the file whole (temporary file, then rename).
+absl::Status WriteClusterState(const std::string& work_dir,
+                               const ClusterState& state);
+
+// The supervisor pid the state file in `work_dir` records, when that
+// process still runs and is a pdctl (a stale file from a supervisor that
+// was killed must not make anyone signal whatever process reused its pid).
+std::optional<pid_t> LiveSupervisor(const std::string& work_dir);
+
+}  // namespace pdserve::cli
+
+#endif  // PDSERVE_CLI_CLUSTER_STATE_H_

@@ -1,0 +1,78 @@
+#include "cli/cluster_state.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace pdserve::cli {
+namespace {
+
+TEST(ClusterStateTest, RoundTripsAndCountsPoolMembers) {
+  ClusterState state;
+  state.supervisor_pid = 4242;
+  state.grpc = "127.0.0.1:50050";
+  state.http = "http://127.0.0.1:8000/v1";
+  state.control = "127.0.0.1:50051";
+  auto process = [](std::string name, std::string s) {
+    return ClusterStateProcess{.name = name,
+                               .address = "127.0.0.1:1",
+                               .pid = 7,
+                               .log_path = "/tmp/" + name + ".log",
+                               .state = s,
+                               .restarts = 0,
+                               .last_exit = "-"};
+  };
+  state.processes = {
+      process("router", "running"),   process("prefill-0", "running"),
+      process("decode-0", "running"), process("decode-1", "backing-off"),
+      process("decode-2", "leaving"), process("prefill-1", "left")};
+  state.processes[3].last_exit = "killed by signal 9 (Killed)";
+  absl::StatusOr<ClusterState> parsed =
+      ParseClusterState(FormatClusterState(state));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->supervisor_pid, 4242);
+  EXPECT_EQ(parsed->HttpAddress(), "127.0.0.1:8000");
+  EXPECT_EQ(parsed->control, "127.0.0.1:50051");
+  ASSERT_EQ(parsed->processes.size(), 6u);
+  EXPECT_EQ(parsed->processes[3].last_exit, "killed by signal 9 (Killed)");
+  EXPECT_EQ(parsed->processes[3].state, "backing-off");
+  // Backing off still counts; leaving and left do not; the router is no
+  // pool's.
+  const std::map<std::string, int> want = {
+      {"prefill", 1}, {"decode", 2}, {"colocated", 0}};
+  EXPECT_EQ(parsed->PoolSizes(), want);
+}
+
+TEST(ClusterStateTest, RefusesMalformedLinesAndMissingFiles) {
+  EXPECT_FALSE(ParseClusterState("pid x\n").ok());
+  EXPECT_FALSE(ParseClusterState("process a b c\n").ok());
+  absl::StatusOr<ClusterState> bad = ParseClusterState(
+      "pid 1\nprocess decode-0 addr NOTPID log running 0 -\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 2"), std::string::npos)
+      << bad.status();
+  // Unknown keys are skipped.
+  EXPECT_TRUE(ParseClusterState("pid 1\nfuture thing\n").ok());
+  const std::string dir = ::testing::TempDir();
+  absl::StatusOr<ClusterState> missing =
+      ReadClusterState(dir + "/no-such-cluster");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(LiveSupervisor(dir + "/no-such-cluster").has_value());
+}
+
+TEST(ClusterStateTest, LiveSupervisorRefusesAPidThatIsNotPdctl) {
+  // This test binary is alive but is not a pdctl: a stale state file whose
+  // pid was reused must not be taken for the supervisor.
+  const std::string dir = ::testing::TempDir();
+  ClusterState state;
+  state.supervisor_pid = ::getpid();
+  ASSERT_TRUE(WriteClusterState(dir, state).ok());
+  EXPECT_FALSE(LiveSupervisor(dir).has_value());
+}
+
+}  // namespace
+}  // namespace pdserve::cli
