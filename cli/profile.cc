@@ -1,6 +1,7 @@
 #include "cli/profile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -272,8 +273,11 @@ class ProfileClient {
     return std::chrono::duration<double>(Clock::now() - epoch_).count();
   }
 
-  StreamResult Run(const v1::GenerateRequest& request,
-                   absl::Duration timeout) const {
+  // `enough`, when set, is asked after each chunk with the tokens so far;
+  // true ends the stream there (cancelled by the client, not an error).
+  StreamResult Run(
+      const v1::GenerateRequest& request, absl::Duration timeout,
+      const std::function<bool(const TokenArrivals&)>& enough = nullptr) const {
     StreamResult result;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -281,12 +285,19 @@ class ProfileClient {
     std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
         stub_->Generate(&context, request);
     v1::GenerateResponse chunk;
+    bool stopped = false;
     while (reader->Read(&chunk)) {
       if (chunk.token_ids_size() == 0) continue;
       result.arrivals.times_s.push_back(Now());
       result.arrivals.tokens.push_back(chunk.token_ids_size());
+      if (enough && enough(result.arrivals)) {
+        stopped = true;
+        context.TryCancel();
+        break;
+      }
     }
     result.status = rpc::FromGrpcStatus(reader->Finish());
+    if (stopped) result.status = absl::OkStatus();
     if (result.status.ok() && result.arrivals.times_s.empty()) {
       result.status = absl::InternalError("the stream carried no token");
     }
@@ -295,17 +306,34 @@ class ProfileClient {
 
   // Sends every request at once (threads released together) and waits for
   // all; the results in request order.
+  // With `window_tokens` > 0, each stream ends (cancelled) once it has
+  // received that many tokens after every stream had its first: the window
+  // where all run then holds about window_tokens steps, however long the
+  // streams took to start.
   std::vector<StreamResult> RunTogether(
-      const std::vector<v1::GenerateRequest>& requests,
-      absl::Duration timeout) const {
+      const std::vector<v1::GenerateRequest>& requests, absl::Duration timeout,
+      int window_tokens = 0) const {
     std::vector<StreamResult> results(requests.size());
     absl::Notification go;
+    std::atomic<int> started{0};
+    const int all = static_cast<int>(requests.size());
     std::vector<std::thread> threads;
     threads.reserve(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
       threads.emplace_back([&, i] {
         go.WaitForNotification();
-        results[i] = Run(requests[i], timeout);
+        int in_window = -1;  // tokens since this stream saw all started
+        auto enough = [&](const TokenArrivals& a) {
+          if (a.times_s.size() == 1) started.fetch_add(1);
+          if (in_window < 0) {
+            if (started.load() == all) in_window = 0;
+            return false;
+          }
+          in_window += a.tokens.back();
+          return in_window >= window_tokens;
+        };
+        results[i] = window_tokens > 0 ? Run(requests[i], timeout, enough)
+                                       : Run(requests[i], timeout);
       });
     }
     go.Notify();
@@ -388,6 +416,8 @@ class Profiler {
   absl::Status MeasurePrefill(int length, planner::PrefillPoint* point);
   absl::Status MeasureDecode(int batch, int context, DecodeCell* cell);
   absl::StatusOr<double> LoadTime(const std::string& pool);
+  // Waits until the decode worker runs and holds no sequence.
+  absl::Status AwaitIdleDecode(const std::string& what);
 
   const ProfileOptions& options_;
   LocalCluster& cluster_;
@@ -397,6 +427,8 @@ class Profiler {
   TokenRange range_;
   uint64_t next_serial_ = 1;
   int block_size_ = 16;
+  int64_t num_blocks_ = 0;
+  int context_length_ = 0;
 };
 
 absl::Status Profiler::MeasurePrefill(int length,
@@ -468,13 +500,26 @@ absl::Status Profiler::MeasureDecode(int batch, int context, DecodeCell* cell) {
           absl::StrCat(what, " (warm-up): ", warm.status.message()));
     }
   }
+  // Each stream may run past --decode_tokens while the others start (it is
+  // cancelled once the window holds enough), as far as the model's context
+  // and each stream's share of the KV pool allow, at most 4x.
+  const int64_t stream_blocks =
+      (num_blocks_ - prefix_len / block_size_) / std::max(batch, 1);
+  const int max_tokens = static_cast<int>(std::max<int64_t>(
+      options_.decode_tokens,
+      std::min<int64_t>({int64_t{4} * options_.decode_tokens,
+                         int64_t{context_length_} - context - 1,
+                         stream_blocks * block_size_ - (context - prefix_len) -
+                             block_size_})));
   std::vector<v1::GenerateRequest> streams;
   for (int i = 0; i < batch; ++i) {
-    streams.push_back(Request(prompt(), options_.decode_tokens, true));
+    streams.push_back(Request(prompt(), max_tokens, true));
   }
-  const std::vector<StreamResult> results =
-      client_.RunTogether(streams, options_.request_timeout);
+  const std::vector<StreamResult> results = client_.RunTogether(
+      streams, options_.request_timeout, options_.decode_tokens);
   PD_RETURN_IF_ERROR(FirstError(results, what));
+  // The cancelled streams leave the decode worker before the next cell.
+  PD_RETURN_IF_ERROR(AwaitIdleDecode(what));
   std::vector<TokenArrivals> arrivals;
   for (const StreamResult& r : results) arrivals.push_back(r.arrivals);
   absl::StatusOr<SteadyItl> itl = SteadyStateItl(arrivals);
@@ -494,6 +539,30 @@ absl::Status Profiler::MeasureDecode(int batch, int context, DecodeCell* cell) {
               cell->window_s, batch)
        << std::endl;
   return absl::OkStatus();
+}
+
+absl::Status Profiler::AwaitIdleDecode(const std::string& what) {
+  // Two heartbeats, so the load read is from after the cancel.
+  absl::SleepFor(absl::Seconds(1));
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (true) {
+    absl::StatusOr<v1::ListWorkersResponse> listed = ListWorkers(
+        cluster_.control_address(), v1::WORKER_ROLE_DECODE, absl::Seconds(5));
+    if (!listed.ok()) return listed.status();
+    bool idle = true;
+    for (const v1::WorkerInfo& w : listed->workers()) {
+      idle &= w.load().running_sequences() == 0 &&
+              w.load().waiting_sequences() == 0;
+    }
+    if (idle) return absl::OkStatus();
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what,
+          ": the decode worker still runs sequences 30 s after the "
+          "cell's streams were cancelled"));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 absl::StatusOr<double> Profiler::LoadTime(const std::string& pool) {
@@ -524,6 +593,8 @@ absl::Status Profiler::Run(ProfileResult* r) {
   range_ = PromptTokenRange(model.vocab_size());
   block_size_ = std::max<int>(model.kv_layout().block_size_tokens(), 1);
   const int context_length = static_cast<int>(model.context_length());
+  context_length_ = context_length;
+  num_blocks_ = model.kv_layout().num_blocks();
   r->kv_capacity_tokens =
       static_cast<double>(model.kv_layout().num_blocks()) * block_size_;
   std::vector<std::string> decode_args = options_.cluster.worker_args;
