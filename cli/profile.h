@@ -31,13 +31,16 @@
 //   - decode, per batch b and context c: b streams at once of c-token
 //     prompts (a shared prefix, cached by one warm-up request first, plus a
 //     unique tail of at most one KV block, so that prefill is short), with
-//     ignore_eos and max_tokens `decode_tokens`. Each token's arrival is
-//     recorded per stream; itl_s is the median gap between consecutive
-//     tokens of a stream over the window where all b streams run (from the
-//     last stream's first token to the first stream's last token). A window
-//     with too few gaps is an error naming the cell, not a number. The
-//     steps in the window run at contexts c + (tokens generated so far): c
-//     is the prompt, the mean context is about c + decode_tokens / 2.
+//     ignore_eos. Each token's arrival is recorded per stream; a stream is
+//     cancelled once it has received `decode_tokens` tokens after every
+//     stream had its first (its max_tokens lets it run that far past a
+//     slow start, within the model's context and its share of the KV pool),
+//     and the next cell waits until the decode worker holds no sequence.
+//     itl_s is the median gap between consecutive tokens of a stream over
+//     the window where all b streams run (from the last stream's first
+//     token to the first stream's last token). A window with too few gaps
+//     is an error naming the cell, not a number. The steps in the window
+//     run at contexts c + (tokens generated so far): c is the prompt.
 //     A larger batch measured faster than a smaller one (noise: the parser
 //     refuses such a grid) is raised to the smaller one's figure, a running
 //     maximum along the batch axis; each raise is logged and listed in the
