@@ -156,6 +156,10 @@ std::vector<std::string> LocalCluster::WorkerArgs(
   if (pool == "colocated") args.push_back("--colocated");
   args.insert(args.end(), options_.worker_args.begin(),
               options_.worker_args.end());
+  if (auto pooled = options_.pool_args.find(pool);
+      pooled != options_.pool_args.end()) {
+    args.insert(args.end(), pooled->second.begin(), pooled->second.end());
+  }
   if (auto own = options_.process_args.find(name);
       own != options_.process_args.end()) {
     args.insert(args.end(), own->second.begin(), own->second.end());

@@ -43,6 +43,10 @@ struct LocalClusterOptions {
   // --kv_cache_mb=64, --routing_policy=round_robin).
   std::vector<std::string> router_args;
   std::vector<std::string> worker_args;
+  // Extra flags for every worker of one pool, by pool name ("prefill",
+  // "decode", "colocated"), after worker_args (pdctl profile: a testing
+  // delay on one pool only). Workers AddWorker starts get them too.
+  std::map<std::string, std::vector<std::string>> pool_args;
   // Extra flags for one process, by name ("prefill-0"), after the above
   // (tests: faults injected into one worker only).
   std::map<std::string, std::vector<std::string>> process_args;

@@ -38,6 +38,11 @@
 //   pdctl bench    [--target=grpc://H:P|http://H:P --request_rate=R,...]
 //                  load generator: TTFT, TPOT, ITL, goodput; JSON and plots
 //                  (cli/bench_command.h lists its flags)
+//   pdctl profile  [--model=FILE --worker_args=... --prompt_lengths=...
+//                  --batch_sizes=... --context_lengths=... --out=FILE]
+//                  starts its own router + 1 prefill + 1 decode worker,
+//                  measures them and writes the planner's capacity profile
+//                  (cli/profile.h)
 //
 // --router is the router's control address (membership and admin API;
 // loopback by default); --grpc its client address.
@@ -56,6 +61,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -74,6 +80,7 @@
 #include "cli/cluster_state.h"
 #include "cli/generate_client.h"
 #include "cli/local_cluster.h"
+#include "cli/profile.h"
 #include "cli/scale.h"
 #include "cli/supervisor.h"
 #include "cli/top_scrape.h"
@@ -142,6 +149,35 @@ ABSL_FLAG(bool, once, false,
           "plan: one advisory decision, printed; change nothing");
 ABSL_FLAG(int32_t, iterations, 0,
           "top: stop after this many frames (0: until Ctrl-C)");
+ABSL_FLAG(std::vector<std::string>, prompt_lengths,
+          (std::vector<std::string>{"32", "128", "512", "1536"}),
+          "profile: prompt lengths to measure prefill at (capped at the "
+          "model's context)");
+ABSL_FLAG(int32_t, lone_runs, 3,
+          "profile: lone prompts per length; their median TTFT is ttft_s");
+ABSL_FLAG(int32_t, burst, 6,
+          "profile: prompts sent at once per length to measure busy "
+          "throughput");
+ABSL_FLAG(std::vector<std::string>, batch_sizes,
+          (std::vector<std::string>{"1", "4", "16", "64"}),
+          "profile: decode batch sizes (must include 1; capped at the decode "
+          "worker's --max_running)");
+ABSL_FLAG(std::vector<std::string>, context_lengths,
+          (std::vector<std::string>{"16", "512", "1536"}),
+          "profile: decode context (prompt) lengths");
+ABSL_FLAG(int32_t, decode_tokens, 64,
+          "profile: tokens each decode stream generates");
+ABSL_FLAG(std::vector<std::string>, prefill_worker_args, {},
+          "profile: extra flags for the prefill worker only, after "
+          "--worker_args");
+ABSL_FLAG(std::vector<std::string>, decode_worker_args, {},
+          "profile: extra flags for the decode worker only, after "
+          "--worker_args");
+ABSL_FLAG(std::string, cost_unit, "workers",
+          "profile: what the planner's budget counts (the profile's "
+          "cost_unit; each worker costs 1)");
+ABSL_FLAG(std::string, out, "",
+          "profile: write the profile JSON here (default: stdout)");
 ABSL_FLAG(int32_t, wait_ms, 0,
           "health: keep polling up to this long for SERVING");
 
@@ -632,6 +668,81 @@ int Up() {
       absl::StrCat("the cluster did not become ready; see ", supervisor_log)));
 }
 
+// pdctl profile's work folder: --work_dir, else "profile" beside the local
+// cluster's (so a profile never writes over a running cluster's logs).
+std::string ProfileWorkDir() {
+  if (!absl::GetFlag(FLAGS_work_dir).empty()) {
+    return absl::GetFlag(FLAGS_work_dir);
+  }
+  return std::filesystem::path(WorkDir()).parent_path() / "profile";
+}
+
+int Profile() {
+  ProfileOptions options;
+  options.cluster.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty()
+                                ? absl::StrCat(ExecutableDir(), "/..")
+                                : absl::GetFlag(FLAGS_bin_dir);
+  options.cluster.model_path = absl::GetFlag(FLAGS_model);
+  options.cluster.router_args = absl::GetFlag(FLAGS_router_args);
+  options.cluster.worker_args = absl::GetFlag(FLAGS_worker_args);
+  options.cluster.pool_args["prefill"] =
+      absl::GetFlag(FLAGS_prefill_worker_args);
+  options.cluster.pool_args["decode"] = absl::GetFlag(FLAGS_decode_worker_args);
+  options.cluster.startup_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  options.cluster.work_dir = ProfileWorkDir();
+  for (auto [flag, value, grid] :
+       {std::tuple{"prompt_lengths", absl::GetFlag(FLAGS_prompt_lengths),
+                   &options.prompt_lengths},
+        std::tuple{"batch_sizes", absl::GetFlag(FLAGS_batch_sizes),
+                   &options.batch_sizes},
+        std::tuple{"context_lengths", absl::GetFlag(FLAGS_context_lengths),
+                   &options.context_lengths}}) {
+    absl::StatusOr<std::vector<int>> parsed = ParseGrid(flag, value);
+    if (!parsed.ok()) {
+      std::cerr << "pdctl: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    *grid = *std::move(parsed);
+  }
+  options.lone_runs = absl::GetFlag(FLAGS_lone_runs);
+  options.burst = absl::GetFlag(FLAGS_burst);
+  options.decode_tokens = absl::GetFlag(FLAGS_decode_tokens);
+  if (options.lone_runs < 1 || options.burst < 2 || options.decode_tokens < 2) {
+    std::cerr << "pdctl: profile needs --lone_runs >= 1, --burst >= 2 and "
+                 "--decode_tokens >= 2\n";
+    return 2;
+  }
+  options.cost_unit = absl::GetFlag(FLAGS_cost_unit);
+  options.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  options.interrupted = [] {
+    return WaitForTerminationSignal(absl::ZeroDuration()).has_value();
+  };
+  std::error_code error;
+  std::filesystem::create_directories(options.cluster.work_dir, error);
+  if (error) {
+    return Fail(absl::InternalError(absl::StrCat(
+        "cannot create ", options.cluster.work_dir, ": ", error.message())));
+  }
+  absl::StatusOr<ProfileResult> result = RunProfile(options, std::cerr);
+  if (!result.ok()) return Fail(result.status());
+  absl::StatusOr<std::string> json = ValidatedProfileJson(*result);
+  if (!json.ok()) return Fail(json.status());
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) {
+    std::cout << *json << std::flush;
+    return 0;
+  }
+  std::ofstream file(out);
+  file << *json;
+  file.close();
+  if (!file) {
+    return Fail(absl::InternalError(absl::StrCat("cannot write ", out)));
+  }
+  std::cerr << "wrote " << out << std::endl;
+  return 0;
+}
+
 int Down() {
   const std::optional<pid_t> supervisor = LiveSupervisor();
   if (!supervisor.has_value()) {
@@ -704,7 +815,9 @@ int main(int argc, char** argv) {
       "  policy [NAME]      show or set the routing policy\n"
       "  generate           stream an answer through the router\n"
       "  health ADDRESS     grpc.health.v1 check (exit 0 when SERVING)\n"
-      "  bench              load generator: TTFT, TPOT, goodput (--target)");
+      "  bench              load generator: TTFT, TPOT, goodput (--target)\n"
+      "  profile            measure one prefill and one decode worker into\n"
+      "                     the planner's capacity profile (--out)");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::cerr << absl::ProgramUsageMessage() << "\n";
@@ -722,6 +835,7 @@ int main(int argc, char** argv) {
   if (command == "generate") return pdserve::cli::Generate();
   if (command == "health") return pdserve::cli::Health(args);
   if (command == "bench") return pdserve::cli::Bench();
+  if (command == "profile") return pdserve::cli::Profile();
   std::cerr << "pdctl: unknown command '" << command << "'\n"
             << absl::ProgramUsageMessage() << "\n";
   return 2;

@@ -85,6 +85,17 @@ TEST(CapacityProfileTest, CommittedProfileLoadsWithItsMeasuredPoints) {
   EXPECT_NEAR(p->MaxBatchForItl(0.05, 16), 6.97, 0.01);
 }
 
+TEST(CapacityProfileTest, MeasuredProfileLoads) {
+  // pdctl profile's output for the same workers (docs/planner.md).
+  auto p = CapacityProfile::Load(
+      "planner/profiles/smollm2-135m-q4_1-cpu1.measured.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->cost_unit(), "cores");
+  EXPECT_EQ(p->max_batch(), 64);
+  EXPECT_EQ(p->prefill_points().size(), 4u);
+  EXPECT_NE(p->source().find("pdctl profile"), std::string::npos);
+}
+
 void ExpectInvalid(const std::string& text, const std::string& message) {
   auto p = CapacityProfile::Parse(text);
   ASSERT_FALSE(p.ok()) << text;
