@@ -10,10 +10,10 @@
 // --testing_token_delay_us): a sleeping worker leaves the CPU to the others,
 // like a machine of its own. A 32-token prompt then keeps a prefill worker
 // busy 0.36 s, and a decode step of b streams takes 40 + 10 b ms: shaped
-// like real hardware (a fixed cost per pass, a cost per token), and known,
-// so the test writes the capacity profile the planner reads from the same
-// two numbers. Whatever else a request costs (router, gRPC, the KV
-// transfer) is the planner's to learn through its latency correction.
+// like real hardware (a fixed cost per pass, a cost per token). The
+// planner's capacity profile is measured on the same workers by `pdctl
+// profile`, as an operator would, so it includes what else a request costs
+// (router, gRPC, the KV transfer).
 //
 // Targets: TTFT p99 2 s, ITL p99 100 ms. On this profile one prefill
 // worker meets the TTFT target up to about 1.5 requests/s and one decode
@@ -87,43 +87,6 @@ double RateAt(double t) {
                            (kRampDownUntil - kPeakUntil);
   }
   return kLowRate;
-}
-
-// The profile of the synthetic hardware: a prompt of L tokens keeps a
-// prefill worker busy pass + L × token; a decode step of b streams takes
-// pass + b × token whatever the context. The lone TTFT adds 20 ms for
-// what is not the worker's (routing, the KV transfer, the first chunk).
-std::string DelayWorkerProfile() {
-  json prefill_points = json::array();
-  for (double l : {16, 32, 64, 128, 256}) {
-    const double busy = kPassDelayS + l * kTokenDelayS;
-    prefill_points.push_back({{"prompt_tokens", l},
-                              {"tokens_per_s", l / busy},
-                              {"ttft_s", busy + 0.02}});
-  }
-  const std::vector<double> batches = {1, 2, 4, 8, 16, 32, 64};
-  json itl = json::array();
-  for (double b : batches) {
-    const double step = kPassDelayS + b * kTokenDelayS;
-    itl.push_back({step, step});
-  }
-  const json profile = {
-      {"version", 1},
-      {"model", "tiny test model"},
-      {"hardware", "sleeping workers: 40 ms per pass + 10 ms per token"},
-      {"source", "written by planner_closed_loop_test from its delays"},
-      {"cost_unit", "workers"},
-      {"prefill",
-       {{"cost", 1}, {"load_time_s", 2}, {"points", prefill_points}}},
-      {"decode",
-       {{"cost", 1},
-        {"load_time_s", 2},
-        {"max_batch", 64},
-        {"kv_capacity_tokens", 65536},
-        {"batch_sizes", batches},
-        {"context_tokens", {16, 512}},
-        {"itl_s", itl}}}};
-  return profile.dump(2);
 }
 
 struct Sent {
@@ -202,16 +165,29 @@ TEST_F(PlannerClosedLoopTest, ScalesBothPoolsUpWithTheLoadAndBackDown) {
     ASSERT_TRUE(m.ok()) << m.status();
     vocab = (*m)->config().vocab_size;
   }
-  Up({"--prefill=1", "--decode=1",
-      absl::StrCat(
-          "--worker_args=", absl::StrJoin(testing::SmallWorkerArgs(), ","),
-          ",--testing_pass_delay_us=", static_cast<int>(kPassDelayS * 1e6),
-          ",--testing_token_delay_us=", static_cast<int>(kTokenDelayS * 1e6)),
+  const std::string worker_args = absl::StrCat(
+      absl::StrJoin(testing::SmallWorkerArgs(), ","),
+      ",--testing_pass_delay_us=", static_cast<int>(kPassDelayS * 1e6),
+      ",--testing_token_delay_us=", static_cast<int>(kTokenDelayS * 1e6));
+
+  // The capacity profile of these workers, measured.
+  const std::string profile = absl::StrCat(work_dir_, "/profile.json");
+  std::string profiled;
+  ASSERT_EQ(Pdctl({"profile", absl::StrCat("--bin_dir=", testing::BinDir()),
+                   absl::StrCat("--model=", model_path),
+                   absl::StrCat("--worker_args=", worker_args),
+                   "--prompt_lengths=16,32,64", "--batch_sizes=1,4,8,16",
+                   "--context_lengths=16,64", "--decode_tokens=24",
+                   "--startup_timeout_s=60", "--timeout_s=60",
+                   absl::StrCat("--out=", profile)},
+                  &profiled, absl::Seconds(300)),
+            0)
+      << profiled;
+
+  Up({"--prefill=1", "--decode=1", absl::StrCat("--worker_args=", worker_args),
       "--router_args=--lease_ms=1500,--heartbeat_ms=200"},
      model_path);
 
-  const std::string profile = absl::StrCat(work_dir_, "/profile.json");
-  std::ofstream(profile) << DelayWorkerProfile();
   const std::string decisions = absl::StrCat(work_dir_, "/decisions.jsonl");
   SubprocessOptions options;
   options.argv = {
@@ -348,6 +324,8 @@ TEST_F(PlannerClosedLoopTest, ScalesBothPoolsUpWithTheLoadAndBackDown) {
         {"timeline", timeline}}.dump(2);
     std::ofstream(absl::StrCat(out, "/planner_decisions.jsonl"))
         << std::ifstream(decisions).rdbuf();
+    std::ofstream(absl::StrCat(out, "/planner_profile.json"))
+        << std::ifstream(profile).rdbuf();
   }
 
   // --- Both pools scaled up, in time: attainment below 90 % for at most
