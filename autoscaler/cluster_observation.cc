@@ -74,6 +74,12 @@ planner::Observation BuildObservation(const ObservationInput& in) {
           .value_or(0);
   o.cached_prompt_fraction = routed > 0 ? std::min(1.0, cached / routed) : 0;
 
+  o.retries = metrics::CounterIncrease(in.router_before, *in.router_now,
+                                       "pdserve_request_retries_total")
+                  .value_or(0);
+  o.migrations = metrics::CounterIncrease(in.router_before, *in.router_now,
+                                          "pdserve_request_migrations_total")
+                     .value_or(0);
   o.ttft_s = LatencyQuantile(in, "pdserve_time_to_first_token_seconds",
                              &o.ttft_samples, &o.ttft_bucket);
   o.itl_s = LatencyQuantile(in, "pdserve_inter_token_latency_seconds",

@@ -8,6 +8,9 @@
 //   - arrivals and prompt lengths: pdserve_request_prompt_tokens (observed
 //     when a request arrives; its count is the arrival count);
 //   - output lengths: pdserve_request_generation_tokens (finished requests);
+//   - retries and migrations (pdserve_request_retries_total,
+//     pdserve_request_migrations_total): intervals with either do not
+//     correct the profile;
 //   - the prefix cache's share of prompt tokens:
 //     pdserve_routed_cached_prompt_tokens_total over
 //     pdserve_routed_prompt_tokens_total;

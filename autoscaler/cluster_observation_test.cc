@@ -56,6 +56,8 @@ TEST(ClusterObservationTest, TheIntervalsLoadLatencyAndPoolsFromTheRouter) {
   }
   for (int i = 0; i < 30; ++i) m->request_generation_tokens->Observe(60);
   for (int i = 0; i < 1000; ++i) m->inter_token_latency->Observe(0.02);
+  m->migrations->Inc(2);
+  m->retries->Inc();
   const metrics::ParsedMetrics now = Scrape(registry);
 
   v1::ListWorkersResponse workers;
@@ -91,6 +93,8 @@ TEST(ClusterObservationTest, TheIntervalsLoadLatencyAndPoolsFromTheRouter) {
   EXPECT_EQ(o.load.output.count(), 30);
   EXPECT_DOUBLE_EQ(o.load.output.Mean(), 60);
   EXPECT_DOUBLE_EQ(o.cached_prompt_fraction, 0.25);
+  EXPECT_EQ(o.migrations, 2);
+  EXPECT_EQ(o.retries, 1);
   ASSERT_TRUE(o.ttft_s.has_value());
   // The interval's first tokens only (0.2 s), not the 9 s ones before.
   EXPECT_LT(*o.ttft_s, 0.5);

@@ -291,15 +291,25 @@ PoolDecision Planner::DecidePool(bool prefill, const Observation& o,
   // observed load and the ready workers. Only from steady intervals: warm
   // and well sampled (a cold start's first requests are slow for other
   // reasons), no backlog (latency then measures the queue a burst left,
-  // which the queue depth already plans for) and no scaling under way (the
-  // ready count was not the count all interval).
+  // which the queue depth already plans for), no scaling under way or just
+  // done (the ready count was not the count all along) and no request
+  // moved between workers.
   d.observed_latency_s = prefill ? o.ttft_s : o.itl_s;
   const double samples = prefill ? o.ttft_samples : o.itl_samples;
   d.model_latency_s = pool.ready > 0 ? predict(observed, pool.ready) : 0;
-  const bool steady = pool.queue_depth <= pool.ready && pool.ready == current &&
-                      (!state.last_desired || *state.last_desired == current) &&
-                      state.ready_before == pool.ready;
+  const bool unchanged =
+      pool.ready == current &&
+      (!state.last_desired || *state.last_desired == current) &&
+      state.ready_before == pool.ready;
+  if (!unchanged) state.scaled_at = o.time_s;
   state.ready_before = pool.ready;
+  // Steady: also no scaling in the interval before this one (a scale-down
+  // at its end migrates streams whose long gap lands in this one).
+  // Nor a request moved between workers (a scale-down's hand-back can come
+  // a drain deadline after the scale).
+  const bool steady = unchanged && pool.queue_depth <= pool.ready &&
+                      o.time_s - state.scaled_at > 1.5 * opt.interval_s &&
+                      o.migrations == 0 && (!prefill || o.retries == 0);
   if (d.observed_latency_s.has_value() && weight >= 1 && steady &&
       samples >= opt.min_correction_samples && d.model_latency_s > 0 &&
       d.model_latency_s < kOverloaded) {

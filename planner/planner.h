@@ -84,6 +84,11 @@ struct Observation {
     double lower = 0, upper = 0;
   };
   std::optional<Bucket> ttft_bucket, itl_bucket;
+  // Requests the router retried on other workers (before their first
+  // token) and streams it migrated (after) in the interval: their latency
+  // measures a failure or a scale-down's hand-back, not the profile, so
+  // such an interval does not correct it.
+  double retries = 0, migrations = 0;
   PoolObservation prefill, decode;
 };
 
@@ -188,6 +193,10 @@ class Planner {
   struct PoolState {
     double correction = 1;
     int ready_before = -1;  // ready workers at the last decision
+    // When the pool last scaled (its ready or configured count moved, or
+    // this is the first decision): latency stays disturbed a while after
+    // (streams a scale-down migrated resume with a long gap).
+    double scaled_at = -1e300;
     std::optional<int> last_desired;
     double manual_until = -1;
     std::deque<std::pair<double, int>> need_down_history;  // (time, need)

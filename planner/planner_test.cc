@@ -120,6 +120,7 @@ class Loop {
     o.ttft_s = ttft;
     o.ttft_samples = ttft ? o.load.requests : 0;
     o.ttft_bucket = ttft_bucket;
+    o.retries = retries;
     o.prefill = {prefill_, prefill_, prefill_queue, 0};
     o.decode = {decode_, decode_, 0, 0.3};
     Decision d = planner_->Decide(o);
@@ -132,6 +133,8 @@ class Loop {
     decode_ = decode;
   }
   int prefill() const { return prefill_; }
+  // Requests retried elsewhere in every later interval.
+  double retries = 0;
   int decode() const { return decode_; }
 
  private:
@@ -304,7 +307,7 @@ TEST(PlannerTest, AHistogramQuantileCorrectsOnlyBeyondItsBucket) {
   auto correction = [](double factor, double lower, double upper) {
     Loop loop;
     Decision d;
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 12; ++i) {
       const double model =
           PredictTtft(Profile(), Load(10, 128, 100), loop.prefill(), 0.99);
       d = loop.Step(10, 128, 100, factor * model, 0,
@@ -320,6 +323,24 @@ TEST(PlannerTest, AHistogramQuantileCorrectsOnlyBeyondItsBucket) {
   const double above = correction(3, 2, 4);
   EXPECT_GT(above, 1.8);
   EXPECT_LE(above, 2);
+}
+
+// A retry (a worker failed, or a drained one handed its queue back) makes
+// TTFT measure the failure, not the profile.
+TEST(PlannerTest, IntervalsWithRetriesDoNotCorrectTheProfile) {
+  auto correction = [](double retries) {
+    Loop loop;
+    loop.retries = retries;
+    Decision d;
+    for (int i = 0; i < 8; ++i) {
+      const double model =
+          PredictTtft(Profile(), Load(10, 128, 100), loop.prefill(), 0.99);
+      d = loop.Step(10, 128, 100, 2.5 * model);
+    }
+    return d.prefill.correction;
+  };
+  EXPECT_GT(correction(0), 2);
+  EXPECT_EQ(correction(3), 1);
 }
 
 TEST(PlannerTest, LatencyOfABacklogIsNotTakenForASlowProfile) {

@@ -314,7 +314,8 @@ TEST_F(PlannerClosedLoopTest, ScalesBothPoolsUpWithTheLoadAndBackDown) {
         p ? p->decode_desired : -1, quantile(ttfts[i], 0.99),
         1000 * quantile(tpots[i], 0.99), p ? "" : "(no decision)");
   }
-  std::cout << "closed-loop timeline (client view per interval of arrivals; "
+  std::cout << sent.size() << " requests, " << failed << " failed\n"
+            << "closed-loop timeline (client view per interval of arrivals; "
                "planner's configured/desired replicas at its decision)\n"
             << table << std::flush;
   if (const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR")) {
@@ -355,6 +356,118 @@ TEST_F(PlannerClosedLoopTest, ScalesBothPoolsUpWithTheLoadAndBackDown) {
   EXPECT_LE(last.decode, 2) << table;
   EXPECT_LT(last.prefill, most_prefill) << table;
   EXPECT_LT(last.decode, most_decode) << table;
+}
+
+// The planner's other ways of running, on an idle cluster (which needs one
+// worker per pool):
+//   - `pdctl plan --once` prints one advisory decision and changes nothing;
+//     a router it cannot read is a clear error, exit 1;
+//   - pd-planner exports its decision (pdserve_planner_desired_replicas);
+//   - an operator's `pdctl scale` is held, not fought: the idle cluster
+//     would be sized back to one decode worker, but the planner keeps the
+//     operator's two (pdserve_planner_manual_hold) for --manual_hold_s.
+TEST_F(PlannerClosedLoopTest, AdvisesPublishesAndHoldsAnOperatorsChange) {
+  Up({"--prefill=1", "--decode=1",
+      "--router_args=--lease_ms=1500,--heartbeat_ms=200"},
+     testing::TinyModelPath());
+  const std::string profile = absl::StrCat(
+      testing::BinDir(), "/planner/profiles/smollm2-135m-q4_1-cpu1.json");
+
+  std::string advice;
+  ASSERT_EQ(Pdctl({"plan", "--once", absl::StrCat("--profile=", profile),
+                   "--interval_s=1", absl::StrCat("--router=", control_),
+                   absl::StrCat("--router_http=", http_)},
+                  &advice),
+            0)
+      << advice;
+  EXPECT_NE(advice.find("CONFIGURED"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("\"desired\":1"), std::string::npos) << advice;
+  EXPECT_EQ(ReadState().count("decode-1"), 0u) << "advice changed the cluster";
+  std::string unreachable;
+  EXPECT_EQ(Pdctl({"plan", "--once", absl::StrCat("--profile=", profile),
+                   "--interval_s=1", "--router_http=127.0.0.1:1"},
+                  &unreachable),
+            1);
+  EXPECT_NE(unreachable.find("127.0.0.1:1"), std::string::npos) << unreachable;
+
+  const std::string decisions = absl::StrCat(work_dir_, "/decisions.jsonl");
+  const std::string port_file = absl::StrCat(work_dir_, "/planner.port");
+  SubprocessOptions options;
+  options.argv = {absl::StrCat(testing::BinDir(), "/autoscaler/pd-planner"),
+                  "--scaler=local",
+                  absl::StrCat("--work_dir=", work_dir_),
+                  absl::StrCat("--router=", control_),
+                  absl::StrCat("--router_http=", http_),
+                  absl::StrCat("--profile=", profile),
+                  "--interval_s=1",
+                  "--scale_down_window_s=0",
+                  "--manual_hold_s=600",
+                  "--drain_deadline_ms=2000",
+                  absl::StrCat("--decision_log=", decisions),
+                  "--metrics_listen=127.0.0.1:0",
+                  absl::StrCat("--port_file=", port_file)};
+  options.log_path = absl::StrCat(work_dir_, "/planner.log");
+  absl::StatusOr<std::unique_ptr<Subprocess>> planner =
+      Subprocess::Start(options);
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  planner_ = *std::move(planner);
+  auto decided = [&] {
+    int n = 0;
+    std::ifstream in(decisions);
+    for (std::string line; std::getline(in, line);) n += !line.empty();
+    return n;
+  };
+  auto await_decisions = [&](int n) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (decided() < n && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    ASSERT_GE(decided(), n) << cli::TailOfFile(options.log_path);
+  };
+  await_decisions(2);
+  std::string port;
+  std::ifstream(port_file) >> port;
+  const std::string metrics = absl::StrCat("127.0.0.1:", port);
+  EXPECT_EQ(testing::ScrapeSum(metrics, "pdserve_planner_desired_replicas",
+                               {{"pool", "decode"}})
+                .value_or(-1),
+            1);
+
+  // The operator wants two decode workers.
+  std::string scaled;
+  ASSERT_EQ(Pdctl({"scale", "decode", "2"}, &scaled), 0) << scaled;
+  const int after_scale = decided();
+  await_decisions(after_scale + 4);
+  std::vector<json> seen;
+  {
+    std::ifstream in(decisions);
+    for (std::string line; std::getline(in, line);) {
+      seen.push_back(json::parse(line, nullptr, false));
+    }
+  }
+  const json& last = seen.back();
+  EXPECT_EQ(last["decode"]["configured"], 2) << last.dump();
+  EXPECT_EQ(last["decode"]["desired"], 2) << last.dump();
+  EXPECT_EQ(last["decode"]["need"], 1) << last.dump();
+  EXPECT_EQ(last["decode"]["manual_hold"], true) << last.dump();
+  EXPECT_EQ(ReadState().count("decode-1"), 1u);
+  EXPECT_EQ(ReadState()["decode-1"].state, "running");
+  EXPECT_EQ(testing::ScrapeSum(metrics, "pdserve_planner_manual_hold",
+                               {{"pool", "decode"}})
+                .value_or(-1),
+            1);
+  EXPECT_EQ(testing::ScrapeSum(metrics, "pdserve_planner_desired_replicas",
+                               {{"pool", "decode"}})
+                .value_or(-1),
+            2);
+  // Every decision is counted (the counter moves just before its line is
+  // written).
+  const int lines_before = decided();
+  const double counted =
+      testing::ScrapeSum(metrics, "pdserve_planner_decisions_total")
+          .value_or(-1);
+  EXPECT_GE(counted, lines_before);
+  EXPECT_LE(counted, decided() + 1);
 }
 
 }  // namespace
