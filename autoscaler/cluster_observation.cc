@@ -1,5 +1,6 @@
 #include "autoscaler/cluster_observation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -9,21 +10,68 @@
 namespace pdserve::autoscaler {
 namespace {
 
+// Counter `family`'s increase over all routers.
+double CounterIncrease(const ObservationInput& in, const char* family) {
+  double sum = 0;
+  for (const RouterScrapes& r : in.routers) {
+    sum += metrics::CounterIncrease(r.before, *r.now, family).value_or(0);
+  }
+  return sum;
+}
+
+// Histogram `family`'s bucket increases over all routers, per bound. The
+// routers' layouts are the same flags' (--ttft_buckets, --itl_buckets);
+// where they differ, a router's cumulative count at a bound it lacks is
+// the one at its largest bound below (all its observations known to be
+// under it), so a mixed fleet stays a valid, cumulative histogram.
+std::vector<metrics::ParsedBucket> BucketIncrease(const ObservationInput& in,
+                                                  const char* family) {
+  std::vector<std::vector<metrics::ParsedBucket>> each;
+  std::vector<double> bounds;
+  for (const RouterScrapes& r : in.routers) {
+    each.push_back(metrics::BucketIncrease(r.before, *r.now, family));
+    for (const metrics::ParsedBucket& b : each.back()) {
+      bounds.push_back(b.upper_bound);
+    }
+  }
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  std::vector<metrics::ParsedBucket> sum;
+  for (double bound : bounds) {
+    metrics::ParsedBucket merged{.upper_bound = bound};
+    for (const std::vector<metrics::ParsedBucket>& buckets : each) {
+      double below = 0;
+      for (const metrics::ParsedBucket& b : buckets) {
+        if (b.upper_bound > bound) break;
+        below = b.cumulative_count;
+      }
+      merged.cumulative_count += below;
+    }
+    sum.push_back(merged);
+  }
+  return sum;
+}
+
+double HistogramSumIncrease(const ObservationInput& in, const char* family) {
+  double sum = 0;
+  for (const RouterScrapes& r : in.routers) {
+    sum += metrics::HistogramSumIncrease(r.before, *r.now, family).value_or(0);
+  }
+  return sum;
+}
+
 // The interval's length histogram of `family` (a token-count histogram of
 // the router), or an empty one when the router does not export it.
 planner::LengthHistogram LengthsOf(const ObservationInput& in,
                                    const char* family) {
-  const std::vector<metrics::ParsedBucket> buckets =
-      metrics::BucketIncrease(in.router_before, *in.router_now, family);
+  const std::vector<metrics::ParsedBucket> buckets = BucketIncrease(in, family);
   if (buckets.size() < 2) return planner::LengthHistogram();
   std::vector<double> bounds, cumulative;
   for (const metrics::ParsedBucket& b : buckets) {
     if (!std::isinf(b.upper_bound)) bounds.push_back(b.upper_bound);
     cumulative.push_back(b.cumulative_count);
   }
-  const double sum =
-      metrics::HistogramSumIncrease(in.router_before, *in.router_now, family)
-          .value_or(0);
+  const double sum = HistogramSumIncrease(in, family);
   absl::StatusOr<planner::LengthHistogram> h =
       planner::LengthHistogram::FromCumulative(bounds, cumulative, sum);
   return h.ok() ? *std::move(h) : planner::LengthHistogram();
@@ -34,8 +82,7 @@ planner::LengthHistogram LengthsOf(const ObservationInput& in,
 std::optional<double> LatencyQuantile(
     const ObservationInput& in, const char* family, double* samples,
     std::optional<planner::Observation::Bucket>* bucket) {
-  const std::vector<metrics::ParsedBucket> buckets =
-      metrics::BucketIncrease(in.router_before, *in.router_now, family);
+  const std::vector<metrics::ParsedBucket> buckets = BucketIncrease(in, family);
   *samples = buckets.empty() ? 0 : buckets.back().cumulative_count;
   if (*samples <= 0) return std::nullopt;
   const double q = metrics::HistogramQuantile(in.quantile, buckets);
@@ -65,21 +112,13 @@ planner::Observation BuildObservation(const ObservationInput& in) {
   o.load.requests = o.load.prompt.count();
 
   const double routed =
-      metrics::CounterIncrease(in.router_before, *in.router_now,
-                               "pdserve_routed_prompt_tokens_total")
-          .value_or(0);
+      CounterIncrease(in, "pdserve_routed_prompt_tokens_total");
   const double cached =
-      metrics::CounterIncrease(in.router_before, *in.router_now,
-                               "pdserve_routed_cached_prompt_tokens_total")
-          .value_or(0);
+      CounterIncrease(in, "pdserve_routed_cached_prompt_tokens_total");
   o.cached_prompt_fraction = routed > 0 ? std::min(1.0, cached / routed) : 0;
 
-  o.retries = metrics::CounterIncrease(in.router_before, *in.router_now,
-                                       "pdserve_request_retries_total")
-                  .value_or(0);
-  o.migrations = metrics::CounterIncrease(in.router_before, *in.router_now,
-                                          "pdserve_request_migrations_total")
-                     .value_or(0);
+  o.retries = CounterIncrease(in, "pdserve_request_retries_total");
+  o.migrations = CounterIncrease(in, "pdserve_request_migrations_total");
   o.ttft_s = LatencyQuantile(in, "pdserve_time_to_first_token_seconds",
                              &o.ttft_samples, &o.ttft_bucket);
   o.itl_s = LatencyQuantile(in, "pdserve_inter_token_latency_seconds",

@@ -1,8 +1,14 @@
 // What the live planner sees of a cluster in one interval, as the planner
-// core takes it (planner::Observation): made from two scrapes of the
-// router's GET /metrics an interval apart and the router's list of workers.
+// core takes it (planner::Observation): made from two scrapes of each
+// router's GET /metrics an interval apart and a router's list of workers.
 //
-// From the router's metrics (docs/metrics.md), as increases between the
+// Every router counts only the requests it served, so the load and the
+// latency are those of all routers together: increases are taken per
+// router (each has its own counters and restarts on its own) and then
+// summed, histograms per bucket bound (as Prometheus' `sum by (le)` over
+// `increase()`), before any quantile is read.
+//
+// From the routers' metrics (docs/metrics.md), as increases between the
 // two scrapes (metrics/scrape_delta.h; a router restart between them reads
 // as a counter reset, not a negative load):
 //   - arrivals and prompt lengths: pdserve_request_prompt_tokens (observed
@@ -27,19 +33,27 @@
 #ifndef PDSERVE_AUTOSCALER_CLUSTER_OBSERVATION_H_
 #define PDSERVE_AUTOSCALER_CLUSTER_OBSERVATION_H_
 
+#include <vector>
+
 #include "metrics/text_parse.h"
 #include "planner/planner.h"
 #include "proto/admin.pb.h"
 
 namespace pdserve::autoscaler {
 
-struct ObservationInput {
-  double time_s = 0;      // when `router_now` was scraped (planner clock)
-  double duration_s = 0;  // since `router_before` was scraped
+// One router's two scrapes.
+struct RouterScrapes {
   // The interval's first scrape; nullptr when there is none (everything
   // the router has counted since it started is then the interval's).
-  const metrics::ParsedMetrics* router_before = nullptr;
-  const metrics::ParsedMetrics* router_now = nullptr;
+  const metrics::ParsedMetrics* before = nullptr;
+  const metrics::ParsedMetrics* now = nullptr;  // never nullptr
+};
+
+struct ObservationInput {
+  double time_s = 0;      // when the routers were last scraped (planner clock)
+  double duration_s = 0;  // since they were scraped before
+  // Every router read in both scrapes.
+  std::vector<RouterScrapes> routers;
   const v1::ListWorkersResponse* workers = nullptr;
   // The replicas each pool was last asked for (the scaler's answer).
   int prefill_configured = 0;

@@ -78,8 +78,7 @@ TEST(ClusterObservationTest, TheIntervalsLoadLatencyAndPoolsFromTheRouter) {
   ObservationInput in;
   in.time_s = 60;
   in.duration_s = 20;
-  in.router_before = &before;
-  in.router_now = &now;
+  in.routers = {{.before = &before, .now = &now}};
   in.workers = &workers;
   in.prefill_configured = 3;
   in.decode_configured = 2;
@@ -129,8 +128,7 @@ TEST(ClusterObservationTest, AQuietIntervalHasNoLatencyAndNoLoad) {
   const metrics::ParsedMetrics scrape = Scrape(registry);
   ObservationInput in;
   in.duration_s = 30;
-  in.router_before = &scrape;
-  in.router_now = &scrape;
+  in.routers = {{.before = &scrape, .now = &scrape}};
   const planner::Observation o = BuildObservation(in);
   EXPECT_EQ(o.load.requests, 0);
   EXPECT_FALSE(o.ttft_s.has_value());
@@ -139,5 +137,61 @@ TEST(ClusterObservationTest, AQuietIntervalHasNoLatencyAndNoLoad) {
   EXPECT_EQ(o.decode.kv_usage, 0);
 }
 
+// Each router counts only what it served: the interval's load and latency
+// are all routers' together, each router's increase taken against its own
+// earlier scrape (one restarted in between counts from zero) and the
+// histograms merged per bound before a quantile is read, even where the
+// routers' bucket layouts differ.
+TEST(ClusterObservationTest, TheLoadOfEveryRouterTogether) {
+  metrics::Registry a_registry, restarted_registry, b_registry;
+  router::RouterMetricsOptions b_options;
+  b_options.buckets.ttft = {0.1, 0.5, 1, 5};
+  std::unique_ptr<router::RouterMetrics> a =
+      *router::RouterMetrics::Create(&a_registry, {});
+  std::unique_ptr<router::RouterMetrics> b =
+      *router::RouterMetrics::Create(&b_registry, b_options);
+  // Router A, before it restarted: 100 requests.
+  for (int i = 0; i < 100; ++i) a->request_prompt_tokens->Observe(1000);
+  const metrics::ParsedMetrics a_before = Scrape(a_registry);
+  const metrics::ParsedMetrics b_before = Scrape(b_registry);
+  // In the interval: A (restarted) takes 10 requests with 0.2 s first
+  // tokens, B 30 with 3 s ones.
+  std::unique_ptr<router::RouterMetrics> a_again =
+      *router::RouterMetrics::Create(&restarted_registry, {});
+  for (int i = 0; i < 10; ++i) {
+    a_again->request_prompt_tokens->Observe(100);
+    a_again->time_to_first_token->Observe(0.2);
+  }
+  a_again->migrations->Inc();
+  for (int i = 0; i < 30; ++i) {
+    b->request_prompt_tokens->Observe(100);
+    b->time_to_first_token->Observe(3);
+  }
+  b->migrations->Inc(2);
+  const metrics::ParsedMetrics a_now = Scrape(restarted_registry);
+  const metrics::ParsedMetrics b_now = Scrape(b_registry);
+
+  ObservationInput in;
+  in.duration_s = 10;
+  in.routers = {{.before = &a_before, .now = &a_now},
+                {.before = &b_before, .now = &b_now}};
+  in.quantile = 0.5;
+  const planner::Observation o = BuildObservation(in);
+  EXPECT_EQ(o.load.requests, 40);
+  EXPECT_DOUBLE_EQ(o.load.prompt.Mean(), 100);
+  EXPECT_EQ(o.migrations, 3);
+  EXPECT_EQ(o.ttft_samples, 40);
+  // The median is one of B's 3 s first tokens, in B's (1, 5] bucket as
+  // the merged histogram knows it; A's alone would put it near 0.2 s.
+  ASSERT_TRUE(o.ttft_s.has_value());
+  EXPECT_GT(*o.ttft_s, 1);
+  EXPECT_LE(*o.ttft_s, 5);
+  ASSERT_TRUE(o.ttft_bucket.has_value());
+  EXPECT_GE(o.ttft_bucket->lower, 1);
+  EXPECT_LE(o.ttft_bucket->upper, 5);
+  // The merged histogram stays cumulative: p10 is one of A's.
+  in.quantile = 0.1;
+  EXPECT_LT(*BuildObservation(in).ttft_s, 0.5);
+}
 }  // namespace
 }  // namespace pdserve::autoscaler

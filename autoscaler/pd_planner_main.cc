@@ -25,7 +25,8 @@
 ABSL_FLAG(std::string, router, "127.0.0.1:50051",
           "the router's control address (Admin API: the worker list)");
 ABSL_FLAG(std::string, router_http, "127.0.0.1:8000",
-          "the router's HTTP address (its GET /metrics)");
+          "the routers' HTTP addresses (GET /metrics), comma-separated: "
+          "every router, since each counts only the requests it served");
 ABSL_FLAG(std::string, scaler, "publish",
           "how decisions are carried out: local (a pdctl up cluster, "
           "--work_dir) or publish (only export "

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "autoscaler/cluster_observation.h"
 #include "cli/admin_client.h"
@@ -18,6 +19,25 @@ namespace pdserve::autoscaler {
 namespace {
 
 const char* const kPools[] = {"prefill", "decode"};
+
+// Each router's /metrics that could be read (by address); `unread` gets the
+// others' errors.
+std::map<std::string, metrics::ParsedMetrics> ScrapeRouters(
+    const std::string& addresses, absl::Duration timeout,
+    std::vector<std::string>* unread) {
+  std::map<std::string, metrics::ParsedMetrics> read;
+  for (absl::string_view address :
+       absl::StrSplit(addresses, ',', absl::SkipWhitespace())) {
+    absl::StatusOr<metrics::ParsedMetrics> scraped =
+        metrics::ScrapeMetrics(std::string(address), timeout);
+    if (scraped.ok()) {
+      read[std::string(address)] = *std::move(scraped);
+    } else {
+      unread->push_back(scraped.status().ToString());
+    }
+  }
+  return read;
+}
 
 // Help text of every gauge the loop exports: Decision::Gauges() and the
 // per-pool figures it adds.
@@ -130,13 +150,18 @@ absl::Status PlannerLoop::RegisterMetrics(metrics::Registry* registry) {
 }
 
 absl::Status PlannerLoop::Baseline() {
-  absl::StatusOr<metrics::ParsedMetrics> scraped =
-      metrics::ScrapeMetrics(options_.router_http, options_.rpc_timeout);
-  if (!scraped.ok()) {
+  std::vector<std::string> unread;
+  std::map<std::string, metrics::ParsedMetrics> scraped =
+      ScrapeRouters(options_.router_http, options_.rpc_timeout, &unread);
+  if (scraped.empty()) {
     exported_.errors->Inc();
-    return scraped.status();
+    return absl::UnavailableError(absl::StrCat(
+        "no router's metrics could be read: ", absl::StrJoin(unread, "; ")));
   }
-  baseline_ = *std::move(scraped);
+  for (const std::string& why : unread) {
+    PD_LOG(WARNING) << "planner: left out of the interval: " << why;
+  }
+  baseline_ = std::move(scraped);
   baseline_time_ = absl::Now();
   return absl::OkStatus();
 }
@@ -169,23 +194,26 @@ void PlannerLoop::Configured(int ready_prefill, int ready_decode, int* prefill,
 }
 
 absl::StatusOr<planner::Decision> PlannerLoop::Tick() {
-  if (!baseline_.has_value()) {
+  if (baseline_.empty()) {
     PD_RETURN_IF_ERROR(Baseline());
     return absl::FailedPreconditionError(
         "took the baseline scrape; the first decision comes an interval "
         "later");
   }
-  absl::StatusOr<metrics::ParsedMetrics> now =
-      metrics::ScrapeMetrics(options_.router_http, options_.rpc_timeout);
+  std::vector<std::string> unread;
+  std::map<std::string, metrics::ParsedMetrics> now =
+      ScrapeRouters(options_.router_http, options_.rpc_timeout, &unread);
   absl::StatusOr<v1::ListWorkersResponse> workers =
-      now.ok()
+      !now.empty()
           ? cli::ListWorkers(options_.router_control,
                              v1::WORKER_ROLE_UNSPECIFIED, options_.rpc_timeout)
-          : absl::StatusOr<v1::ListWorkersResponse>(now.status());
+          : absl::StatusOr<v1::ListWorkersResponse>(absl::UnavailableError(
+                absl::StrCat("no router's metrics could be read: ",
+                             absl::StrJoin(unread, "; "))));
   const absl::Time scraped = absl::Now();
-  if (!now.ok() || !workers.ok()) {
+  if (!workers.ok()) {
     exported_.errors->Inc();
-    const absl::Status why = now.ok() ? workers.status() : now.status();
+    const absl::Status why = workers.status();
     Log(absl::StrCat(
         "{\"time_s\":", absl::ToDoubleSeconds(scraped - absl::UnixEpoch()),
         ",\"skipped\":\"cannot read the router\"}"));
@@ -196,8 +224,27 @@ absl::StatusOr<planner::Decision> PlannerLoop::Tick() {
   // Unix seconds: decisions line up with every other log.
   in.time_s = absl::ToDoubleSeconds(scraped - absl::UnixEpoch());
   in.duration_s = absl::ToDoubleSeconds(scraped - baseline_time_);
-  in.router_before = &*baseline_;
-  in.router_now = &*now;
+  // Routers read at both ends; one read only now (new, or back after a
+  // miss) starts its measurement here.
+  for (const auto& [address, scrape] : now) {
+    if (auto before = baseline_.find(address); before != baseline_.end()) {
+      in.routers.push_back({.before = &before->second, .now = &scrape});
+    } else {
+      PD_LOG(INFO) << "planner: router " << address
+                   << " counts from the next interval";
+    }
+  }
+  for (const std::string& why : unread) {
+    PD_LOG(WARNING) << "planner: left out of the interval: " << why;
+  }
+  if (in.routers.empty()) {
+    // Nothing measured over the whole interval: deciding on no load would
+    // shrink the pools for no reason.
+    baseline_ = std::move(now);
+    baseline_time_ = scraped;
+    return absl::UnavailableError(
+        "interval skipped: no router was read at both of its ends");
+  }
   in.workers = &*workers;
   in.quantile = planner_->options().quantile;
   // The ready counts (for a scaler that cannot say what it configured).
@@ -206,7 +253,7 @@ absl::StatusOr<planner::Decision> PlannerLoop::Tick() {
              &in.prefill_configured, &in.decode_configured);
   const planner::Observation observation = BuildObservation(in);
   const planner::Decision decision = planner_->Decide(observation);
-  baseline_ = *std::move(now);
+  baseline_ = std::move(now);
   baseline_time_ = scraped;
 
   exported_.decisions->Inc();
@@ -223,7 +270,7 @@ absl::StatusOr<planner::Decision> PlannerLoop::Tick() {
 
 void PlannerLoop::Run(
     const std::function<bool(absl::Duration)>& stop_requested) {
-  while (!baseline_.has_value()) {
+  while (baseline_.empty()) {
     if (absl::Status s = Baseline(); !s.ok()) {
       PD_LOG(WARNING) << "planner: no baseline yet: " << s;
       if (stop_requested(options_.interval)) return;

@@ -14,9 +14,12 @@
 // else's change); otherwise the scaler says what the pool was last set to,
 // by the planner or by an operator.
 //
-// A router that cannot be read skips the interval: no decision, nothing
-// changed, the failure logged and counted (pdserve_planner_errors_total);
-// the next interval is measured from the last good scrape.
+// The load is every router's (cluster_observation.h). A router not read at
+// both ends of an interval is left out of it (a warning names it) and
+// measured again from its next scrape; when no router can be read, or the
+// worker list cannot, the interval is skipped: no decision, nothing
+// changed, the failure logged and counted (pdserve_planner_errors_total),
+// the next interval measured from the last good scrapes.
 //
 // Thread-safety: Baseline, Tick and Run from one thread; the actuator is
 // internal. Destruction waits for a scale in progress to finish.
@@ -44,7 +47,9 @@ namespace pdserve::autoscaler {
 
 struct PlannerLoopOptions {
   std::string router_control;  // host:port of the Admin API (ListWorkers)
-  std::string router_http;     // host:port serving the router's /metrics
+  // host:port serving a router's /metrics; with several routers, all of
+  // them, comma-separated: each counts only the requests it served.
+  std::string router_http;
   absl::Duration interval = absl::Seconds(30);
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Decisions are appended here, one JSON object per line; "" for none.
@@ -109,7 +114,9 @@ class PlannerLoop {
   std::unique_ptr<Scaler> scaler_;
   Exported exported_;
 
-  std::optional<metrics::ParsedMetrics> baseline_;
+  // Each router's scrape at the last good tick (or the baseline), by
+  // address; empty until the first.
+  std::map<std::string, metrics::ParsedMetrics> baseline_;
   absl::Time baseline_time_;
   // The planner's last decision per pool (publish-only: the configured
   // size).
