@@ -3,7 +3,7 @@
 #
 #   deploy/image/build.sh [--tag localhost/pdserve:dev] [--model_image]
 #                         [--model FILE] [--model_tag localhost/pdserve-model:dev]
-#                         [--no_build] [--budget_mb 250]
+#                         [--no_build] [--budget_mb 250] [--bin FILE ...]
 #
 #   1. bazel build -c opt of the serving binaries (pd-router,
 #      pd-prefill-worker, pd-decode-worker, pd-planner, pdctl, pd-generate).
@@ -19,6 +19,8 @@
 #      loaded into podman's local store as --tag;
 #   4. prints the image size and fails when it exceeds --budget_mb (250 MB,
 #      the model not included).
+# --bin FILE (repeatable) takes those binaries instead of building: the
+# podman test packs the binaries Bazel built for it, as they are.
 #
 # The image never holds the model. --model_image also builds a model image:
 # only the GGUF (default: the model scripts/setup.sh fetches) at
@@ -41,6 +43,7 @@ model_file="$PDSERVE_DEFAULT_MODEL"
 model_image=0
 build=1
 budget_mb=250
+explicit_bins=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --tag) tag=$2; shift 2 ;;
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
     --model_tag) model_tag=$2; shift 2 ;;
     --no_build) build=0; shift ;;
     --budget_mb) budget_mb=$2; shift 2 ;;
+    --bin) explicit_bins+=("$(readlink -f "$2")"); build=0; shift 2 ;;
     *) die "unknown argument $1 (see the comment at the top of $0)" ;;
   esac
 done
@@ -69,7 +73,16 @@ if [ $build -eq 1 ]; then
   step "bazel build -c opt (portable x86-64: kernels choose AVX at run time)"
   bazel build -c opt "${TARGETS[@]}"
 fi
-bin_dir="$(bazel info -c opt bazel-bin 2>/dev/null)"
+sources=()
+if [ ${#explicit_bins[@]} -gt 0 ]; then
+  sources=("${explicit_bins[@]}")
+else
+  bin_dir="$(bazel info -c opt bazel-bin 2>/dev/null)"
+  for t in "${TARGETS[@]}"; do
+    path="$bin_dir/${t#//}"
+    sources+=("${path/://}")
+  done
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -80,9 +93,8 @@ chmod 1777 "$root/tmp"
 
 step "Root filesystem"
 binaries=()
-for t in "${TARGETS[@]}"; do
-  path="$bin_dir/${t#//}"; path="${path/://}"
-  [ -x "$path" ] || die "$path missing: build it first (bazel build -c opt $t)"
+for path in "${sources[@]}"; do
+  [ -x "$path" ] || die "$path missing: build it first (bazel build -c opt //...)"
   install -m 0755 "$path" "$root/opt/pdserve/bin/"
   strip --strip-unneeded "$root/opt/pdserve/bin/$(basename "$path")"
   binaries+=("$root/opt/pdserve/bin/$(basename "$path")")
