@@ -38,6 +38,8 @@ fi
 command -v podman >/dev/null || { echo "FAIL: podman missing (scripts/setup.sh installs it)"; exit 1; }
 
 export CONTAINERS_CONF="$(readlink -f "$containers_conf")"
+# Bazel runs tests without HOME; lib.sh and podman read it.
+export HOME="${HOME:-${TEST_TMPDIR:-/tmp}}"
 tag=localhost/pdserve:podman-test
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/podman_run.XXXXXX")
 yaml="$work/pdserve-local.yaml"
