@@ -24,6 +24,8 @@ For every overlay in deploy/k8s/overlays/ (cpu, autoscaling, gpu, local):
       - rolling updates with maxUnavailable 0, a topology spread, and
         prometheus.io scrape annotations;
       - a PodDisruptionBudget selecting each Deployment's pods;
+      - NetworkPolicies: some select every pod, and those open to other
+        than pdserve's own pods open only the client and metrics ports;
     and for the cluster overlays (all but local): a NetworkPolicy selects
     every pod, a headless router Service publishes not-ready addresses,
     and a ServiceMonitor exists; for local: host network and an image that
@@ -31,7 +33,8 @@ For every overlay in deploy/k8s/overlays/ (cpu, autoscaling, gpu, local):
 Then the same checks run on copies of the manifests broken on purpose (a
 probe removed, a limit removed, root allowed, a writable root, a grace
 period below the drain timeout, a PDB removed, an unknown field, a missing
-flag file, maxUnavailable 1) and each must be reported.
+flag file, maxUnavailable 1, a control port or
+the internal policy opened to everyone) and each must be reported.
 
 Run by deploy/manifests_test.sh with $PDSERVE_PYTHON (the venv of
 scripts/python_env.sh, which has kubernetes-validate).
@@ -59,6 +62,9 @@ GRPC_SERVERS = {"pd-router", "pd-prefill-worker", "pd-decode-worker"}
 DEFAULT_DRAIN_MS = {"pd-prefill-worker": 30000, "pd-decode-worker": 30000,
                     "pd-router": 5000, "pd-planner": 0}
 GRACE_MARGIN_S = 10
+# Ports anyone may reach: the router's client gRPC and HTTP, and metrics.
+# Control (membership, admin) and worker ports take pdserve's pods only.
+OPEN_PORTS = {50050, 8000, 9090}
 POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
 
 
@@ -160,8 +166,21 @@ def check_objects(overlay, objs):
         if overlay == "local":
             if not spec.get("hostNetwork"):
                 fail("%s: local pods use the host network" % where)
-        elif not any(selects(n["spec"].get("podSelector"), labels) for n in netpols):
-            fail("%s: no NetworkPolicy selects its pods" % where)
+        else:
+            mine = [n for n in netpols if selects(n["spec"].get("podSelector"), labels)]
+            if not mine:
+                fail("%s: no NetworkPolicy selects its pods" % where)
+            for n in mine:
+                for rule in n["spec"].get("ingress", []):
+                    peers = rule.get("from", [])
+                    only_pdserve = peers and all(
+                        p.get("podSelector", {}).get("matchLabels", {}).get(
+                            "app.kubernetes.io/part-of") == "pdserve" and
+                        "namespaceSelector" not in p for p in peers)
+                    ports = {p.get("port") for p in rule.get("ports", [])}
+                    if not only_pdserve and (not ports or not ports <= OPEN_PORTS):
+                        fail("%s: %s opens ports %s to other than pdserve's pods" %
+                             (where, name_of(n), sorted(ports) or "all"))
 
         tmp_volumes = set()
         for c in spec["containers"]:
@@ -343,6 +362,13 @@ class ManifestsTest(unittest.TestCase):
              "", r"decode.flags is not in a mounted ConfigMap"),
             ("max_unavailable", "base/router/deployment.yaml", "maxUnavailable: 0",
              "maxUnavailable: 1", r"pd-router: rolling update maxUnavailable"),
+            ("control_port_open", "base/common.yaml", "        - port: 8000\n",
+             "        - port: 8000\n          protocol: TCP\n        - port: 50051\n",
+             r"pd-router: NetworkPolicy/pdserve-clients opens ports \[8000, 50050, 50051\]"),
+            ("internal_from_anywhere", "base/common.yaml",
+             "    - from:\n        - podSelector:\n",
+             "    - from:\n        - namespaceSelector: {}\n        - podSelector:\n",
+             r"pd-decode: NetworkPolicy/pdserve-internal opens ports all"),
         ]
         for name, path, old, new, pattern in cases:
             with self.subTest(name):
