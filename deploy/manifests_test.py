@@ -311,11 +311,20 @@ class ManifestsTest(unittest.TestCase):
         gpu = render(self.source, "gpu")
         for o in gpu:
             if o["kind"] == "Deployment" and o["metadata"]["name"] in ("pd-prefill", "pd-decode"):
-                limits = o["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-                self.assertEqual(limits.get("nvidia.com/gpu"), "1")
+                container = o["spec"]["template"]["spec"]["containers"][0]
+                self.assertEqual(container["resources"]["limits"].get("nvidia.com/gpu"), "1")
+                env = {e["name"]: e.get("value") for e in container["env"]}
+                self.assertIn("cuda_copy", env["UCX_TLS"])  # the patch hit UCX_TLS
+                self.assertIn("POD_IP", env)
         local = [o for o in render(self.source, "local") if o["kind"] == "Deployment"]
         self.assertEqual(sorted(o["metadata"]["name"] for o in local),
                          ["pd-decode", "pd-decode-b", "pd-prefill", "pd-router"])
+        for o in local:  # the patches by index hit the volumes meant
+            volumes = {v["name"]: v for v in o["spec"]["template"]["spec"]["volumes"]}
+            self.assertIn("hostPath", volumes["model"])
+            self.assertNotIn("cluster-token", volumes)
+            mounts = [m["name"] for m in o["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]]
+            self.assertEqual(sorted(mounts), ["flags", "model", "tmp"])
 
     def mutate(self, name, path, old, new, count=1):
         tree = self.copy_tree(self.source, self.tmp, name)
