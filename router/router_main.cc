@@ -10,7 +10,10 @@
 //   --control_listen  membership (workers register and heartbeat here) and
 //                     the admin API (pdctl), bound to loopback by default;
 //                     in a multi-host deployment bind it to the cluster
-//                     network only.
+//                     network only. With --cluster_token_file, every
+//                     control call must present the cluster's token, and
+//                     the router presents it to the workers
+//                     (docs/security.md).
 // The router reads --model for the tokenizer and chat template (the same
 // file the workers serve).
 #include <cstdio>
@@ -39,6 +42,7 @@
 #include "router/router_metrics.h"
 #include "router/routing_policy.h"
 #include "router/worker_registry.h"
+#include "rpc/cluster_credential_flags.h"
 #include "rpc/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50050",
@@ -92,6 +96,12 @@ absl::StatusOr<v1::RoutingPolicy> ParsePolicy(std::string name) {
 int Run() {
   // --model (model/model_flags.h): the file the workers serve, read here
   // for its tokenizer and chat template (not its weights).
+  absl::StatusOr<rpc::ClusterCredential> credential =
+      rpc::ClusterCredentialFromFlags();
+  if (!credential.ok()) {
+    PD_LOG(ERROR) << credential.status();
+    return 2;
+  }
   const std::string model_path = model::ModelPathFromFlags();
   absl::StatusOr<std::unique_ptr<model::ModelText>> model =
       model::ModelText::Open(model_path);
@@ -165,12 +175,13 @@ int Run() {
   core_options.reservation_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_reservation_timeout_ms));
   core_options.model_id = model::ServedModelName(model_path);
+  core_options.credential = *credential;
   GenerationCore core(model->get(), registry->get(), &policy, core_options);
   const absl::Duration request_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_request_timeout_ms));
 
-  MembershipService membership(registry->get());
-  AdminService admin(registry->get(), &policy);
+  MembershipService membership(registry->get(), *credential);
+  AdminService admin(registry->get(), &policy, *credential);
   rpc::GrpcServerOptions control_options;
   control_options.listen_address = absl::GetFlag(FLAGS_control_listen);
   control_options.services = {&membership, &admin};
