@@ -178,10 +178,10 @@ absl::StatusOr<planner::Decision> PlannerLoop::Tick() {
   absl::StatusOr<metrics::ParsedMetrics> now =
       metrics::ScrapeMetrics(options_.router_http, options_.rpc_timeout);
   absl::StatusOr<v1::ListWorkersResponse> workers =
-      now.ok()
-          ? cli::ListWorkers(options_.router_control,
-                             v1::WORKER_ROLE_UNSPECIFIED, options_.rpc_timeout)
-          : absl::StatusOr<v1::ListWorkersResponse>(now.status());
+      now.ok() ? cli::ListWorkers(options_.router_control,
+                                  v1::WORKER_ROLE_UNSPECIFIED,
+                                  options_.rpc_timeout, options_.credential)
+               : absl::StatusOr<v1::ListWorkersResponse>(now.status());
   const absl::Time scraped = absl::Now();
   if (!now.ok() || !workers.ok()) {
     exported_.errors->Inc();

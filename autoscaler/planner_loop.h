@@ -39,12 +39,14 @@
 #include "metrics/registry.h"
 #include "metrics/text_parse.h"
 #include "planner/planner.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::autoscaler {
 
 struct PlannerLoopOptions {
   std::string router_control;  // host:port of the Admin API (ListWorkers)
-  std::string router_http;     // host:port serving the router's /metrics
+  rpc::ClusterCredential credential;  // presented to it
+  std::string router_http;            // host:port serving the router's /metrics
   absl::Duration interval = absl::Seconds(30);
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Decisions are appended here, one JSON object per line; "" for none.
