@@ -51,6 +51,10 @@ ABSL_FLAG(std::string, http_listen, "127.0.0.1:8000",
           "host:port for the OpenAI-compatible HTTP API ('' disables it)");
 ABSL_FLAG(std::string, control_listen, "127.0.0.1:50051",
           "host:port for membership and the admin API");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file of API keys (one per line) OpenAI HTTP clients must send as "
+          "'Authorization: Bearer KEY' (everything but /health and /metrics "
+          "answers 401 without one); empty: no key required");
 ABSL_FLAG(std::string, port_file, "",
           "if set, written once serving: the client gRPC, control and HTTP "
           "ports on one line");
@@ -101,6 +105,17 @@ int Run() {
   if (!credential.ok()) {
     PD_LOG(ERROR) << credential.status();
     return 2;
+  }
+  rpc::ClusterCredential api_keys;
+  if (const std::string path = absl::GetFlag(FLAGS_api_key_file);
+      !path.empty()) {
+    absl::StatusOr<rpc::ClusterCredential> read =
+        rpc::ClusterCredential::FromFile(path);
+    if (!read.ok()) {
+      PD_LOG(ERROR) << "--api_key_file: " << read.status();
+      return 2;
+    }
+    api_keys = *std::move(read);
   }
   const std::string model_path = model::ModelPathFromFlags();
   absl::StatusOr<std::unique_ptr<model::ModelText>> model =
@@ -212,6 +227,7 @@ int Run() {
     http_options.default_timeout = request_timeout;
     http_options.metrics = router_metrics->get();
     http_options.metrics_registry = &metrics_registry;
+    http_options.api_keys = api_keys;
     http_options.retry_after_s = static_cast<int>(absl::ToInt64Seconds(
         core_options.retry_after + absl::Seconds(1) - absl::Nanoseconds(1)));
     absl::StatusOr<std::unique_ptr<HttpFrontend>> started =
