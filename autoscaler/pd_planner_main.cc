@@ -21,6 +21,7 @@
 #include "absl/flags/usage.h"
 #include "autoscaler/planner_process.h"
 #include "common/termination_signal.h"
+#include "rpc/cluster_credential_flags.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50051",
           "the router's control address (Admin API: the worker list)");
@@ -61,5 +62,6 @@ int main(int argc, char** argv) {
                      absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s))},
        .metrics_listen = absl::GetFlag(FLAGS_metrics_listen),
        .port_file = absl::GetFlag(FLAGS_port_file),
-       .once = absl::GetFlag(FLAGS_once)});
+       .once = absl::GetFlag(FLAGS_once),
+       .cluster_token_file = pdserve::rpc::ClusterTokenFileFromFlags()});
 }

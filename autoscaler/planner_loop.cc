@@ -206,7 +206,8 @@ absl::StatusOr<planner::Decision> PlannerLoop::Tick() {
   absl::StatusOr<v1::ListWorkersResponse> workers =
       !now.empty()
           ? cli::ListWorkers(options_.router_control,
-                             v1::WORKER_ROLE_UNSPECIFIED, options_.rpc_timeout)
+                             v1::WORKER_ROLE_UNSPECIFIED, options_.rpc_timeout,
+                             options_.credential)
           : absl::StatusOr<v1::ListWorkersResponse>(absl::UnavailableError(
                 absl::StrCat("no router's metrics could be read: ",
                              absl::StrJoin(unread, "; "))));

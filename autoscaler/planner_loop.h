@@ -42,11 +42,13 @@
 #include "metrics/registry.h"
 #include "metrics/text_parse.h"
 #include "planner/planner.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::autoscaler {
 
 struct PlannerLoopOptions {
   std::string router_control;  // host:port of the Admin API (ListWorkers)
+  rpc::ClusterCredential credential;  // presented to it
   // host:port serving a router's /metrics; with several routers, all of
   // them, comma-separated: each counts only the requests it served.
   std::string router_http;

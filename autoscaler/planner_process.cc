@@ -13,6 +13,7 @@
 #include "metrics/metrics_server.h"
 #include "metrics/process_metrics.h"
 #include "metrics/registry.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::autoscaler {
 namespace {
@@ -28,6 +29,13 @@ int RunPlannerProcess(const PlannerProcessOptions& process) {
   absl::StatusOr<std::unique_ptr<planner::Planner>> planner =
       PlannerFromFlags();
   if (!planner.ok()) return Fail(planner.status());
+  rpc::ClusterCredential credential;
+  if (!process.cluster_token_file.empty()) {
+    absl::StatusOr<rpc::ClusterCredential> read =
+        rpc::ClusterCredential::FromFile(process.cluster_token_file);
+    if (!read.ok()) return Fail(read.status());
+    credential = *std::move(read);
+  }
   const bool once = process.once;
   std::unique_ptr<Scaler> scaler;
   const std::string& kind = process.scaler;
@@ -50,6 +58,7 @@ int RunPlannerProcess(const PlannerProcessOptions& process) {
   }
   PlannerLoopOptions options;
   options.router_control = process.router_control;
+  options.credential = credential;
   options.router_http = process.router_http;
   options.interval = PlannerIntervalFromFlags();
   options.decision_log = DecisionLogFromFlags();

@@ -23,6 +23,9 @@ struct PlannerProcessOptions {
   std::string port_file;
   // One advisory decision, printed in words; nothing changed.
   bool once = false;
+  // The cluster's token file (--cluster_token_file), presented to the
+  // router's Admin API; empty: auth off.
+  std::string cluster_token_file;
 };
 
 // The process's exit code: 0 after a termination signal or --once's

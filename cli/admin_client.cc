@@ -9,6 +9,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/enum_names.h"
+#include "rpc/control_plane_auth.h"
 #include "rpc/status_conversion.h"
 
 namespace pdserve::cli {
@@ -17,10 +18,11 @@ namespace {
 // Runs one unary Admin call with a deadline; errors name the router.
 template <typename Request, typename Response, typename Method>
 absl::StatusOr<Response> Call(const std::string& router_address,
-                              absl::Duration timeout, const Request& request,
-                              Method method) {
+                              absl::Duration timeout,
+                              const rpc::ClusterCredential& credential,
+                              const Request& request, Method method) {
   auto stub = v1::Admin::NewStub(
-      grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()));
+      rpc::NewControlPlaneChannel(router_address, credential));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoMilliseconds(timeout));
@@ -38,45 +40,51 @@ absl::StatusOr<Response> Call(const std::string& router_address,
 
 absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
     const std::string& router_address, v1::WorkerRole role,
-    absl::Duration timeout) {
+    absl::Duration timeout, const rpc::ClusterCredential& credential) {
   v1::ListWorkersRequest request;
   request.set_role(role);
   return Call<v1::ListWorkersRequest, v1::ListWorkersResponse>(
-      router_address, timeout, request, &v1::Admin::Stub::ListWorkers);
+      router_address, timeout, credential, request,
+      &v1::Admin::Stub::ListWorkers);
 }
 
 absl::StatusOr<v1::ListPoolsResponse> ListPools(
-    const std::string& router_address, absl::Duration timeout) {
+    const std::string& router_address, absl::Duration timeout,
+    const rpc::ClusterCredential& credential) {
   return Call<v1::ListPoolsRequest, v1::ListPoolsResponse>(
-      router_address, timeout, v1::ListPoolsRequest(),
+      router_address, timeout, credential, v1::ListPoolsRequest(),
       &v1::Admin::Stub::ListPools);
 }
 
 absl::StatusOr<v1::DrainWorkerResponse> DrainWorker(
     const std::string& router_address, const std::string& worker_id,
-    absl::Duration deadline, absl::Duration timeout) {
+    absl::Duration deadline, absl::Duration timeout,
+    const rpc::ClusterCredential& credential) {
   v1::DrainWorkerRequest request;
   request.set_worker_id(worker_id);
   request.set_deadline_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(deadline)));
   return Call<v1::DrainWorkerRequest, v1::DrainWorkerResponse>(
-      router_address, timeout, request, &v1::Admin::Stub::DrainWorker);
+      router_address, timeout, credential, request,
+      &v1::Admin::Stub::DrainWorker);
 }
 
 absl::StatusOr<v1::GetRoutingPolicyResponse> GetRoutingPolicy(
-    const std::string& router_address, absl::Duration timeout) {
+    const std::string& router_address, absl::Duration timeout,
+    const rpc::ClusterCredential& credential) {
   return Call<v1::GetRoutingPolicyRequest, v1::GetRoutingPolicyResponse>(
-      router_address, timeout, v1::GetRoutingPolicyRequest(),
+      router_address, timeout, credential, v1::GetRoutingPolicyRequest(),
       &v1::Admin::Stub::GetRoutingPolicy);
 }
 
 absl::StatusOr<v1::SetRoutingPolicyResponse> SetRoutingPolicy(
     const std::string& router_address, const v1::RoutingConfig& config,
-    absl::Duration timeout) {
+    absl::Duration timeout, const rpc::ClusterCredential& credential) {
   v1::SetRoutingPolicyRequest request;
   *request.mutable_config() = config;
   return Call<v1::SetRoutingPolicyRequest, v1::SetRoutingPolicyResponse>(
-      router_address, timeout, request, &v1::Admin::Stub::SetRoutingPolicy);
+      router_address, timeout, credential, request,
+      &v1::Admin::Stub::SetRoutingPolicy);
 }
 
 std::string FormatStatus(const v1::ListPoolsResponse& pools,

@@ -56,6 +56,9 @@ absl::StatusOr<ClusterState> ParseClusterState(absl::string_view text) {
       (f[0] == "grpc"   ? state.grpc
        : f[0] == "http" ? state.http
                         : state.control) = f[1];
+    } else if (f[0] == "token_file") {
+      if (f.size() != 2) return bad("expected one path");
+      state.cluster_token_file = f[1];
     } else if (f[0] == "process") {
       ClusterStateProcess p;
       if (f.size() != 8 || !absl::SimpleAtoi(f[3], &p.pid) ||
@@ -91,6 +94,9 @@ std::string FormatClusterState(const ClusterState& state) {
   std::string out =
       absl::StrCat("pid ", state.supervisor_pid, "\ngrpc ", state.grpc,
                    "\nhttp ", state.http, "\ncontrol ", state.control, "\n");
+  if (!state.cluster_token_file.empty()) {
+    absl::StrAppend(&out, "token_file ", state.cluster_token_file, "\n");
+  }
   for (const ClusterStateProcess& p : state.processes) {
     absl::StrAppend(&out, "process ", p.name, " ", p.address, " ", p.pid, " ",
                     p.log_path, " ", p.state, " ", p.restarts, " ",

@@ -6,6 +6,7 @@
 //   grpc 127.0.0.1:50050                   the router's client gRPC
 //   http http://127.0.0.1:8000/v1          its OpenAI HTTP base
 //   control 127.0.0.1:50051                its control port (admin API)
+//   token_file /abs/path                   --cluster_token_file, when set
 //   process NAME ADDRESS PID LOG STATE RESTARTS LAST-EXIT...
 //
 // one process line per supervised process, the router first; STATE is
@@ -46,6 +47,9 @@ struct ClusterState {
   std::string grpc;     // host:port
   std::string http;     // "http://host:port/v1"
   std::string control;  // host:port
+  // The cluster's --cluster_token_file (absolute); empty: auth off. Later
+  // pdctl commands present its token to the router.
+  std::string cluster_token_file;
   std::vector<ClusterStateProcess> processes;
 
   // "host:port" of the HTTP base (where the router serves /metrics).

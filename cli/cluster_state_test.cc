@@ -47,6 +47,19 @@ TEST(ClusterStateTest, RoundTripsAndCountsPoolMembers) {
   EXPECT_EQ(parsed->PoolSizes(), want);
 }
 
+TEST(ClusterStateTest, RecordsTheTokenFileOnlyWhenSet) {
+  ClusterState state;
+  state.supervisor_pid = 42;
+  state.control = "127.0.0.1:50051";
+  EXPECT_EQ(FormatClusterState(state).find("token_file"), std::string::npos);
+  state.cluster_token_file = "/secrets/pdserve/token";
+  absl::StatusOr<ClusterState> parsed =
+      ParseClusterState(FormatClusterState(state));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->cluster_token_file, "/secrets/pdserve/token");
+  EXPECT_EQ(parsed->control, "127.0.0.1:50051");
+}
+
 TEST(ClusterStateTest, RefusesMalformedLinesAndMissingFiles) {
   EXPECT_FALSE(ParseClusterState("pid x\n").ok());
   EXPECT_FALSE(ParseClusterState("process a b c\n").ok());

@@ -92,6 +92,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
   cluster->options_ = options;
+  if (!options.cluster_token_file.empty()) {
+    PD_ASSIGN_OR_RETURN(cluster->credential_, rpc::ClusterCredential::FromFile(
+                                                  options.cluster_token_file));
+  }
   cluster->prefill_bin_ = prefill_bin;
   cluster->decode_bin_ = decode_bin;
   const absl::Time give_up = absl::Now() + options.startup_timeout;
@@ -107,6 +111,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       absl::StrCat("--lease_ms=", Ms(options.lease)),
       absl::StrCat("--heartbeat_ms=", Ms(options.heartbeat))};
   router_args.insert(router_args.end(), model_args.begin(), model_args.end());
+  if (!options.cluster_token_file.empty()) {
+    router_args.push_back(
+        absl::StrCat("--cluster_token_file=", options.cluster_token_file));
+  }
   router_args.insert(router_args.end(), options.router_args.begin(),
                      options.router_args.end());
   std::vector<int> router_ports;
@@ -154,6 +162,10 @@ std::vector<std::string> LocalCluster::WorkerArgs(
     args.push_back(absl::StrCat("--model=", options_.model_path));
   }
   if (pool == "colocated") args.push_back("--colocated");
+  if (!options_.cluster_token_file.empty()) {
+    args.push_back(
+        absl::StrCat("--cluster_token_file=", options_.cluster_token_file));
+  }
   args.insert(args.end(), options_.worker_args.begin(),
               options_.worker_args.end());
   if (auto pooled = options_.pool_args.find(pool);
@@ -202,8 +214,9 @@ absl::Status LocalCluster::Remove(const std::string& name) {
 absl::Status LocalCluster::AwaitServing(const std::vector<std::string>& names,
                                         absl::Time give_up) {
   while (true) {
-    absl::StatusOr<v1::ListWorkersResponse> listed = ListWorkers(
-        control_address_, v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(2));
+    absl::StatusOr<v1::ListWorkersResponse> listed =
+        ListWorkers(control_address_, v1::WORKER_ROLE_UNSPECIFIED,
+                    absl::Seconds(2), credential_);
     size_t serving = 0;
     if (listed.ok()) {
       for (const v1::WorkerInfo& w : listed->workers()) {

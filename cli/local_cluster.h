@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::cli {
 
@@ -58,6 +59,10 @@ struct LocalClusterOptions {
   absl::Duration lease = absl::Seconds(3);
   absl::Duration heartbeat = absl::Milliseconds(500);
   absl::Duration startup_timeout = absl::Seconds(30);
+  // The cluster's token file (rpc/cluster_credential.h), passed to every
+  // process as --cluster_token_file and presented by the cluster's own
+  // admin calls; empty: auth off.
+  std::string cluster_token_file;
 };
 
 struct LocalProcess {
@@ -84,6 +89,11 @@ class LocalCluster {
   const std::string& router_address() const { return processes_[0].address; }
   // Its control address (membership, admin API: pdctl, ListWorkers).
   const std::string& control_address() const { return control_address_; }
+  // What the cluster's control plane demands (from cluster_token_file).
+  const rpc::ClusterCredential& credential() const { return credential_; }
+  const std::string& cluster_token_file() const {
+    return options_.cluster_token_file;
+  }
   // Its OpenAI HTTP base, "http://127.0.0.1:PORT".
   const std::string& http_url() const { return http_url_; }
 
@@ -137,6 +147,7 @@ class LocalCluster {
                             absl::Time give_up);
 
   LocalClusterOptions options_;
+  rpc::ClusterCredential credential_;
   std::vector<LocalProcess> processes_;
   std::string control_address_;
   std::string http_url_;

@@ -46,6 +46,10 @@
 //
 // --router is the router's control address (membership and admin API;
 // loopback by default); --grpc its client address.
+// --cluster_token_file (else $PDSERVE_CLUSTER_TOKEN_FILE, else the one the
+// running `pdctl up` cluster was started with) holds the token presented to
+// the admin API; `pdctl up --cluster_token_file=F` starts every process
+// with it (docs/security.md).
 // Exit codes: 0 success, 1 the operation failed, 2 bad usage.
 #include <signal.h>
 #include <sys/wait.h>
@@ -86,6 +90,7 @@
 #include "cli/top_scrape.h"
 #include "cli/top_view.h"
 #include "common/termination_signal.h"
+#include "rpc/cluster_credential_flags.h"
 #include "rpc/health_client.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50051",
@@ -247,19 +252,38 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// The token file pdctl presents: --cluster_token_file, else
+// $PDSERVE_CLUSTER_TOKEN_FILE, else the running local cluster's.
+std::string TokenFile() {
+  std::string path = rpc::ClusterTokenFileFromFlags();
+  if (!path.empty() || !LiveSupervisor().has_value()) return path;
+  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+  return state.ok() ? state->cluster_token_file : std::string();
+}
+
+// The credential the admin calls present (auth off without a token file).
+absl::StatusOr<rpc::ClusterCredential> Credential() {
+  const std::string path = TokenFile();
+  if (path.empty()) return rpc::ClusterCredential();
+  return rpc::ClusterCredential::FromFile(path);
+}
+
 int Status() {
   const std::string router = absl::GetFlag(FLAGS_router);
+  absl::StatusOr<rpc::ClusterCredential> credential = Credential();
+  if (!credential.ok()) return Fail(credential.status());
   // The local processes first when the router does not answer: it may be
   // the one restarting.
-  absl::StatusOr<v1::ListPoolsResponse> pools = ListPools(router, kRpcTimeout);
-  absl::StatusOr<v1::ListWorkersResponse> workers =
-      ListWorkers(router, v1::WORKER_ROLE_UNSPECIFIED, kRpcTimeout);
+  absl::StatusOr<v1::ListPoolsResponse> pools =
+      ListPools(router, kRpcTimeout, *credential);
+  absl::StatusOr<v1::ListWorkersResponse> workers = ListWorkers(
+      router, v1::WORKER_ROLE_UNSPECIFIED, kRpcTimeout, *credential);
   if (!pools.ok() || !workers.ok()) {
     std::cout << FormatLocalProcesses();
     return Fail(pools.ok() ? workers.status() : pools.status());
   }
   absl::StatusOr<v1::GetRoutingPolicyResponse> policy =
-      GetRoutingPolicy(router, kRpcTimeout);
+      GetRoutingPolicy(router, kRpcTimeout, *credential);
   std::cout << "router " << router;
   if (policy.ok()) {
     std::cout << ", routing "
@@ -303,11 +327,13 @@ int Top() {
     input.router_http = LocalClusterHttp().value_or("127.0.0.1:8000");
   }
   input.window = kTopWindow;
+  absl::StatusOr<rpc::ClusterCredential> credential = Credential();
+  if (!credential.ok()) return Fail(credential.status());
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   ClusterScrapes scrapes(kTopWindow);
   const ListWorkersFn list_workers = [&] {
     return ListWorkers(input.router_control, v1::WORKER_ROLE_UNSPECIFIED,
-                       timeout);
+                       timeout, *credential);
   };
   ScrapeCluster(list_workers, input.router_http, timeout, scrapes)
       .IgnoreError();
@@ -339,9 +365,12 @@ int Drain(const std::vector<char*>& args) {
     std::cerr << "pdctl: --deadline_ms must be positive\n";
     return 2;
   }
-  absl::StatusOr<v1::DrainWorkerResponse> drained = DrainWorker(
-      absl::GetFlag(FLAGS_router), args[2],
-      absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms)), kRpcTimeout);
+  absl::StatusOr<rpc::ClusterCredential> credential = Credential();
+  if (!credential.ok()) return Fail(credential.status());
+  absl::StatusOr<v1::DrainWorkerResponse> drained =
+      DrainWorker(absl::GetFlag(FLAGS_router), args[2],
+                  absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms)),
+                  kRpcTimeout, *credential);
   if (!drained.ok()) return Fail(drained.status());
   std::cout << "draining " << args[2] << " (" << drained->inflight_requests()
             << " requests in flight)\n";
@@ -393,8 +422,10 @@ int Scale(const std::vector<char*>& args) {
 
 int Policy(const std::vector<char*>& args) {
   const std::string router = absl::GetFlag(FLAGS_router);
+  absl::StatusOr<rpc::ClusterCredential> credential = Credential();
+  if (!credential.ok()) return Fail(credential.status());
   absl::StatusOr<v1::GetRoutingPolicyResponse> current =
-      GetRoutingPolicy(router, kRpcTimeout);
+      GetRoutingPolicy(router, kRpcTimeout, *credential);
   if (!current.ok()) return Fail(current.status());
   v1::RoutingConfig config = current->config();
   bool change = false;
@@ -421,7 +452,7 @@ int Policy(const std::vector<char*>& args) {
   }
   if (change) {
     absl::StatusOr<v1::SetRoutingPolicyResponse> set =
-        SetRoutingPolicy(router, config, kRpcTimeout);
+        SetRoutingPolicy(router, config, kRpcTimeout, *credential);
     if (!set.ok()) return Fail(set.status());
     config = set->current();
   }
@@ -512,6 +543,7 @@ void WriteStateFile(LocalCluster& cluster, const Supervisor& supervisor) {
   state.grpc = cluster.router_address();
   state.http = absl::StrCat(cluster.http_url(), "/v1");
   state.control = cluster.control_address();
+  state.cluster_token_file = cluster.cluster_token_file();
   for (const SupervisedProcess& s : supervisor.processes()) {
     const LocalProcess* p = cluster.Find(s.name);
     state.processes.push_back({.name = p->name,
@@ -602,6 +634,16 @@ int Up() {
   options.startup_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   options.work_dir = WorkDir();
+  if (const std::string token_file = rpc::ClusterTokenFileFromFlags();
+      !token_file.empty()) {
+    // Absolute: later pdctl commands read it from the state file.
+    options.cluster_token_file = std::filesystem::absolute(token_file);
+    if (absl::StatusOr<rpc::ClusterCredential> checked =
+            rpc::ClusterCredential::FromFile(options.cluster_token_file);
+        !checked.ok()) {
+      return Fail(checked.status());
+    }
+  }
   std::error_code error;
   std::filesystem::create_directories(options.work_dir, error);
   if (error) {
@@ -691,6 +733,10 @@ int Profile() {
   options.cluster.startup_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   options.cluster.work_dir = ProfileWorkDir();
+  if (const std::string token_file = rpc::ClusterTokenFileFromFlags();
+      !token_file.empty()) {
+    options.cluster.cluster_token_file = std::filesystem::absolute(token_file);
+  }
   for (auto [flag, value, grid] :
        {std::tuple{"prompt_lengths", absl::GetFlag(FLAGS_prompt_lengths),
                    &options.prompt_lengths},
@@ -793,7 +839,8 @@ int Plan() {
                      absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s))},
        .metrics_listen = "",
        .port_file = "",
-       .once = absl::GetFlag(FLAGS_once)});
+       .once = absl::GetFlag(FLAGS_once),
+       .cluster_token_file = TokenFile()});
 }
 
 }  // namespace

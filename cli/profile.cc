@@ -546,8 +546,9 @@ absl::Status Profiler::AwaitIdleDecode(const std::string& what) {
   absl::SleepFor(absl::Seconds(1));
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (true) {
-    absl::StatusOr<v1::ListWorkersResponse> listed = ListWorkers(
-        cluster_.control_address(), v1::WORKER_ROLE_DECODE, absl::Seconds(5));
+    absl::StatusOr<v1::ListWorkersResponse> listed =
+        ListWorkers(cluster_.control_address(), v1::WORKER_ROLE_DECODE,
+                    absl::Seconds(5), cluster_.credential());
     if (!listed.ok()) return listed.status();
     bool idle = true;
     for (const v1::WorkerInfo& w : listed->workers()) {
@@ -583,8 +584,9 @@ absl::StatusOr<double> Profiler::LoadTime(const std::string& pool) {
 
 absl::Status Profiler::Run(ProfileResult* r) {
   // The decode worker's model and KV pool, as it registered them.
-  absl::StatusOr<v1::ListWorkersResponse> decoders = ListWorkers(
-      cluster_.control_address(), v1::WORKER_ROLE_DECODE, absl::Seconds(5));
+  absl::StatusOr<v1::ListWorkersResponse> decoders =
+      ListWorkers(cluster_.control_address(), v1::WORKER_ROLE_DECODE,
+                  absl::Seconds(5), cluster_.credential());
   if (!decoders.ok()) return decoders.status();
   if (decoders->workers().empty()) {
     return absl::UnavailableError("the router lists no decode worker");

@@ -7,14 +7,22 @@
 #ifndef PDSERVE_DECODE_WORKER_DECODE_SERVICE_H_
 #define PDSERVE_DECODE_WORKER_DECODE_SERVICE_H_
 
+#include <utility>
+
 #include "decode_worker/decode_worker.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::decode_worker {
 
 class DecodeService final : public v1::DecodeWorker::CallbackService {
  public:
-  explicit DecodeService(DecodeWorker* worker) : worker_(worker) {}
+  // Every call must present `credential` (off by default: tests, local
+  // development), checked before the request is read.
+  explicit DecodeService(
+      DecodeWorker* worker,
+      rpc::ClusterCredential credential = rpc::ClusterCredential())
+      : worker_(worker), credential_(std::move(credential)) {}
 
   grpc::ServerUnaryReactor* Admit(grpc::CallbackServerContext* context,
                                   const v1::AdmitRequest* request,
@@ -35,6 +43,7 @@ class DecodeService final : public v1::DecodeWorker::CallbackService {
 
  private:
   DecodeWorker* const worker_;
+  const rpc::ClusterCredential credential_;
 };
 
 }  // namespace pdserve::decode_worker

@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<worker::RoleState>> Build(
   PD_ASSIGN_OR_RETURN(role->worker,
                       DecodeWorker::Create(*basics.model, options));
   DecodeWorker* w = role->worker.get();
-  role->service = std::make_unique<DecodeService>(w);
+  role->service = std::make_unique<DecodeService>(w, basics.credential);
   process->services = {role->service.get()};
   process->on_serving = [w](const std::string& address) {
     return w->Start(address);

@@ -4,6 +4,7 @@
 
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "rpc/control_plane_auth.h"
 #include "rpc/status_conversion.h"
 #include "rpc/unary.h"
 
@@ -36,6 +37,7 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* PrefillService::Prefill(
     grpc::CallbackServerContext* context, const v1::PrefillRequest* request,
     v1::PrefillResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   auto* reactor = new PrefillReactor(worker_, *request);
   const absl::Time deadline =
       context->deadline() == std::chrono::system_clock::time_point::max()
@@ -54,6 +56,7 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(
 grpc::ServerUnaryReactor* PrefillService::Cancel(
     grpc::CallbackServerContext* context, const v1::CancelRequest* request,
     v1::CancelResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   return rpc::FinishUnary<v1::CancelResponse>(
       context, worker_->Cancel(*request), response);
 }

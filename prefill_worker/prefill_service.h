@@ -11,16 +11,23 @@
 #define PDSERVE_PREFILL_WORKER_PREFILL_SERVICE_H_
 
 #include <string>
+#include <utility>
 
 #include "prefill_worker/prefill_worker.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/cluster_credential.h"
 #include "rpc/stub_cache.h"
 
 namespace pdserve::prefill_worker {
 
 class PrefillService final : public v1::PrefillWorker::CallbackService {
  public:
-  explicit PrefillService(PrefillWorker* worker) : worker_(worker) {}
+  // Every call must present `credential` (off by default: tests, local
+  // development), checked before the request is read.
+  explicit PrefillService(
+      PrefillWorker* worker,
+      rpc::ClusterCredential credential = rpc::ClusterCredential())
+      : worker_(worker), credential_(std::move(credential)) {}
 
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const v1::PrefillRequest* request,
@@ -31,12 +38,18 @@ class PrefillService final : public v1::PrefillWorker::CallbackService {
 
  private:
   PrefillWorker* const worker_;
+  const rpc::ClusterCredential credential_;
 };
 
 // Calls DecodeWorker.CompleteTransfer at the notice's address, keeping one
 // channel per decode worker.
 class GrpcTransferCompleter : public TransferCompleter {
  public:
+  // Presents `credential` to the decode workers (off by default).
+  explicit GrpcTransferCompleter(
+      rpc::ClusterCredential credential = rpc::ClusterCredential())
+      : stubs_(std::move(credential)) {}
+
   absl::Status Complete(const std::string& notify_address,
                         const v1::KvTransferComplete& notice,
                         absl::Time deadline) override;

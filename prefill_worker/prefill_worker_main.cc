@@ -27,6 +27,8 @@ namespace {
 // Everything that serves in the process, destroyed bottom up: the service
 // before the worker, the worker before the completer it calls.
 struct PrefillProcess : worker::RoleState {
+  explicit PrefillProcess(const rpc::ClusterCredential& credential)
+      : completer(credential) {}
   GrpcTransferCompleter completer;
   std::unique_ptr<PrefillWorker> worker;
   std::unique_ptr<PrefillService> service;
@@ -40,12 +42,12 @@ absl::StatusOr<std::unique_ptr<worker::RoleState>> Build(
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   options.transport = basics.transport;
   options.metrics = basics.metrics;
-  auto role = std::make_unique<PrefillProcess>();
+  auto role = std::make_unique<PrefillProcess>(basics.credential);
   PD_ASSIGN_OR_RETURN(
       role->worker,
       PrefillWorker::Create(*basics.model, options, &role->completer));
   PrefillWorker* w = role->worker.get();
-  role->service = std::make_unique<PrefillService>(w);
+  role->service = std::make_unique<PrefillService>(w, basics.credential);
   process->services = {role->service.get()};
   process->on_serving = [w](const std::string&) {
     w->Start();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "rpc/control_plane_auth.h"
 #include "rpc/status_conversion.h"
 
 namespace pdserve::router {
@@ -31,6 +32,7 @@ uint32_t ClampToMs(absl::Duration d) {
 grpc::ServerUnaryReactor* MembershipService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   WorkerRegistration registration;
   registration.worker_id = request->worker_id();
   registration.instance_id = request->instance_id();
@@ -57,6 +59,7 @@ grpc::ServerUnaryReactor* MembershipService::Register(
 grpc::ServerUnaryReactor* MembershipService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   HeartbeatReport report;
   report.state = request->state();
   report.load = request->load();
@@ -76,6 +79,7 @@ grpc::ServerUnaryReactor* MembershipService::Heartbeat(
 grpc::ServerUnaryReactor* MembershipService::Deregister(
     grpc::CallbackServerContext* context, const v1::DeregisterRequest* request,
     v1::DeregisterResponse* /*response*/) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   const absl::Status status = registry_->Deregister(request->lease_id());
   if (status.ok()) {
     PD_LOG(INFO) << "worker " << request->worker_id() << " deregistered ("
@@ -87,6 +91,7 @@ grpc::ServerUnaryReactor* MembershipService::Deregister(
 grpc::ServerUnaryReactor* AdminService::ListWorkers(
     grpc::CallbackServerContext* context, const v1::ListWorkersRequest* request,
     v1::ListWorkersResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   const absl::Time now = absl::Now();
   for (const WorkerRecord& record : registry_->List(now, request->role())) {
     v1::WorkerInfo* info = response->add_workers();
@@ -112,6 +117,7 @@ grpc::ServerUnaryReactor* AdminService::ListWorkers(
 grpc::ServerUnaryReactor* AdminService::ListPools(
     grpc::CallbackServerContext* context,
     const v1::ListPoolsRequest* /*request*/, v1::ListPoolsResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   // Pool targets and SLOs come with the planner; today a pool is what has
   // registered (one entry per role with at least one worker).
   const std::array<v1::WorkerRole, 3> roles = {
@@ -145,6 +151,7 @@ grpc::ServerUnaryReactor* AdminService::ListPools(
 grpc::ServerUnaryReactor* AdminService::DrainWorker(
     grpc::CallbackServerContext* context, const v1::DrainWorkerRequest* request,
     v1::DrainWorkerResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   const absl::Duration deadline =
       request->deadline_ms() == 0 ? kDefaultDrainDeadline
                                   : absl::Milliseconds(request->deadline_ms());
@@ -166,6 +173,7 @@ grpc::ServerUnaryReactor* AdminService::SetRoutingPolicy(
     grpc::CallbackServerContext* context,
     const v1::SetRoutingPolicyRequest* request,
     v1::SetRoutingPolicyResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   absl::StatusOr<v1::RoutingConfig> previous =
       policy_->SetConfig(request->config());
   if (!previous.ok()) return Finish(context, previous.status());
@@ -183,6 +191,7 @@ grpc::ServerUnaryReactor* AdminService::GetRoutingPolicy(
     grpc::CallbackServerContext* context,
     const v1::GetRoutingPolicyRequest* /*request*/,
     v1::GetRoutingPolicyResponse* response) {
+  if (auto* refused = rpc::RefusedUnary(context, credential_)) return refused;
   *response->mutable_config() = policy_->config();
   return Finish(context, absl::OkStatus());
 }

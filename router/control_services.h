@@ -5,6 +5,10 @@
 // metrics and planner work; until then those Admin calls answer
 // UNIMPLEMENTED.)
 //
+// Both are the control plane: every call must present the cluster's
+// credential (rpc/control_plane_auth.h), checked before anything else, so a
+// refused call changes nothing.
+//
 // Both translate proto <-> registry types and absl::Status -> grpc::Status
 // once, and never block inside a reaction.
 //
@@ -14,16 +18,23 @@
 #ifndef PDSERVE_ROUTER_CONTROL_SERVICES_H_
 #define PDSERVE_ROUTER_CONTROL_SERVICES_H_
 
+#include <utility>
+
 #include "proto/admin.grpc.pb.h"
 #include "proto/membership.grpc.pb.h"
 #include "router/routing_policy.h"
 #include "router/worker_registry.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::router {
 
 class MembershipService final : public v1::Membership::CallbackService {
  public:
-  explicit MembershipService(WorkerRegistry* registry) : registry_(registry) {}
+  // `credential` off by default (tests, local development).
+  explicit MembershipService(
+      WorkerRegistry* registry,
+      rpc::ClusterCredential credential = rpc::ClusterCredential())
+      : registry_(registry), credential_(std::move(credential)) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -38,12 +49,16 @@ class MembershipService final : public v1::Membership::CallbackService {
 
  private:
   WorkerRegistry* const registry_;
+  const rpc::ClusterCredential credential_;
 };
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
-  AdminService(WorkerRegistry* registry, RoutingPolicy* policy)
-      : registry_(registry), policy_(policy) {}
+  AdminService(WorkerRegistry* registry, RoutingPolicy* policy,
+               rpc::ClusterCredential credential = rpc::ClusterCredential())
+      : registry_(registry),
+        policy_(policy),
+        credential_(std::move(credential)) {}
 
   grpc::ServerUnaryReactor* ListWorkers(
       grpc::CallbackServerContext* context,
@@ -68,6 +83,7 @@ class AdminService final : public v1::Admin::CallbackService {
  private:
   WorkerRegistry* const registry_;
   RoutingPolicy* const policy_;
+  const rpc::ClusterCredential credential_;
 };
 
 }  // namespace pdserve::router

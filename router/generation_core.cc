@@ -83,7 +83,9 @@ GenerationCore::GenerationCore(const model::ModelText* model,
       policy_(policy),
       options_(options),
       metrics_(options.metrics != nullptr ? options.metrics
-                                          : RouterMetrics::Unregistered()) {}
+                                          : RouterMetrics::Unregistered()),
+      decode_stubs_(options.credential),
+      prefill_stubs_(options.credential) {}
 
 GenerationCore::~GenerationCore() = default;
 

@@ -53,6 +53,7 @@
 #include "router/routing_policy.h"
 #include "router/worker_calls.h"
 #include "router/worker_registry.h"
+#include "rpc/cluster_credential.h"
 #include "rpc/stub_cache.h"
 
 namespace pdserve::router {
@@ -77,6 +78,9 @@ struct GenerationCoreOptions {
   // Where requests are recorded; null records to series nobody exports
   // (RouterMetrics::Unregistered). Not owned.
   RouterMetrics* metrics = nullptr;
+  // Presented on every call to a worker (rpc/cluster_credential.h); auth off
+  // by default.
+  rpc::ClusterCredential credential;
 };
 
 class GenerationCore : public ClientApi {

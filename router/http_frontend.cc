@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -168,6 +169,12 @@ class HttpFrontend::Impl {
       return new httplib::ThreadPool(threads);
     };
     server_.set_payload_max_length(options_.max_body_bytes);
+    if (options_.api_keys.enabled()) {
+      server_.set_pre_routing_handler(
+          [this](const httplib::Request& req, httplib::Response& res) {
+            return CheckApiKey(req, res);
+          });
+    }
 
     server_.Post("/v1/completions",
                  [this](const httplib::Request& req, httplib::Response& res) {
@@ -206,6 +213,30 @@ class HttpFrontend::Impl {
       SendJson(res, 500,
                ErrorBody(absl::InternalError("internal error in handler")));
     });
+  }
+
+  // Lets a request with an accepted key (or to /health, /metrics) through
+  // to its route; answers 401 otherwise.
+  httplib::Server::HandlerResponse CheckApiKey(const httplib::Request& req,
+                                               httplib::Response& res) {
+    if (req.path == "/health" || req.path == "/metrics") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    const std::string header = req.get_header_value("Authorization");
+    constexpr absl::string_view kBearer = "Bearer ";
+    if (absl::StartsWith(header, kBearer) &&
+        options_.api_keys.Accepts(
+            absl::string_view(header).substr(kBearer.size()))) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendJson(res, 401,
+             ErrorBody(401, "invalid_request_error",
+                       header.empty()
+                           ? "no API key: send 'Authorization: Bearer KEY'"
+                           : "the API key in 'Authorization' is not "
+                             "accepted"));
+    return httplib::Server::HandlerResponse::Handled;
   }
 
   static void SendJson(httplib::Response& res, int status,

@@ -18,6 +18,10 @@
 // carries it back in x-request-id.
 //   Anything else: 404 (unknown path) or 405 (known path, wrong method), and
 //   413 for a body over max_body_bytes, all with OpenAI error bodies.
+// With api_keys set, every route but /health and /metrics first requires
+// `Authorization: Bearer KEY` with one of the keys: 401 with an OpenAI
+// error body (and WWW-Authenticate: Bearer) otherwise, before the body is
+// read or any work is done.
 //
 // Each request's deadline is now + its "timeout" field (seconds) or
 // default_timeout. A streaming request runs ClientApi::Generate on a helper
@@ -50,6 +54,7 @@
 #include "metrics/registry.h"
 #include "router/client_api.h"
 #include "router/router_metrics.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::router {
 
@@ -70,6 +75,10 @@ struct HttpFrontendOptions {
   RouterMetrics* metrics = nullptr;
   // Served at GET /metrics (Prometheus text format) when set. Not owned.
   const metrics::Registry* metrics_registry = nullptr;
+  // The API keys clients must present (a key file in the token file's
+  // format, rpc/cluster_credential.h: one per line, every line accepted,
+  // compared in constant time); default: no key required.
+  rpc::ClusterCredential api_keys;
 };
 
 class HttpFrontend {

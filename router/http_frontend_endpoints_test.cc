@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -15,6 +16,7 @@
 #include "router/http_frontend.h"
 #include "router/testing/fake_client_api.h"
 #include "router/testing/http_frontend_fixture.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::router {
 namespace {
@@ -178,6 +180,44 @@ TEST_F(HttpFrontendTest, ResourceExhaustedIs503WithRetryAfter) {
       Post("/v1/completions", R"({"prompt": "a", "stream": true})");
   ExpectErrorBody(stream, 503, "rate_limit_exceeded");
   EXPECT_EQ(stream->get_header_value("Retry-After"), "7");
+}
+
+// --api_key_file: the client API behind a key, /health and /metrics open.
+TEST_F(HttpFrontendTest, ApiKeysGuardEveryRouteButHealthAndMetrics) {
+  HttpFrontendOptions options;
+  options.api_keys =
+      *rpc::ClusterCredential::FromText("key-one\nkey-two\n", "test");
+  StartServer(options);
+  api_.SetScript(HelloScript());
+
+  httplib::Result missing = Post("/v1/completions", R"({"prompt": "a"})");
+  ExpectErrorBody(missing, 401, "invalid_request_error");
+  EXPECT_EQ(missing->get_header_value("WWW-Authenticate"), "Bearer");
+  httplib::Result models = Get("/v1/models");
+  ExpectErrorBody(models, 401, "invalid_request_error");
+  const httplib::Headers wrong = {{"Authorization", "Bearer key-three"}};
+  httplib::Result refused =
+      NewClient()->Post("/v1/chat/completions", wrong,
+                        R"({"messages": [{"role": "user", "content": "hi"}]})",
+                        "application/json");
+  ExpectErrorBody(refused, 401, "invalid_request_error");
+  EXPECT_THAT(ParseJson(refused->body)["error"]["message"].get<std::string>(),
+              ::testing::Not(HasSubstr("key-three")));
+  EXPECT_TRUE(api_.requests().empty());
+
+  for (const char* key : {"key-one", "key-two"}) {
+    const httplib::Headers right = {
+        {"Authorization", absl::StrCat("Bearer ", key)}};
+    httplib::Result accepted = NewClient()->Post(
+        "/v1/completions", right, R"({"prompt": "a"})", "application/json");
+    ASSERT_TRUE(accepted) << httplib::to_string(accepted.error());
+    EXPECT_EQ(accepted->status, 200) << accepted->body;
+  }
+  EXPECT_EQ(api_.requests().size(), 2u);
+
+  httplib::Result health = Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_NE(health->status, 401);
 }
 
 TEST_F(HttpFrontendTest, GenerateErrorsMapToHttpStatus) {

@@ -10,7 +10,10 @@
 //   --control_listen  membership (workers register and heartbeat here) and
 //                     the admin API (pdctl), bound to loopback by default;
 //                     in a multi-host deployment bind it to the cluster
-//                     network only.
+//                     network only. With --cluster_token_file, every
+//                     control call must present the cluster's token, and
+//                     the router presents it to the workers
+//                     (docs/security.md).
 // The router reads --model for the tokenizer and chat template (the same
 // file the workers serve).
 #include <cstdio>
@@ -39,6 +42,7 @@
 #include "router/router_metrics.h"
 #include "router/routing_policy.h"
 #include "router/worker_registry.h"
+#include "rpc/cluster_credential_flags.h"
 #include "rpc/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50050",
@@ -47,6 +51,10 @@ ABSL_FLAG(std::string, http_listen, "127.0.0.1:8000",
           "host:port for the OpenAI-compatible HTTP API ('' disables it)");
 ABSL_FLAG(std::string, control_listen, "127.0.0.1:50051",
           "host:port for membership and the admin API");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file of API keys (one per line) OpenAI HTTP clients must send as "
+          "'Authorization: Bearer KEY' (everything but /health and /metrics "
+          "answers 401 without one); empty: no key required");
 ABSL_FLAG(std::string, port_file, "",
           "if set, written once serving: the client gRPC, control and HTTP "
           "ports on one line");
@@ -92,6 +100,23 @@ absl::StatusOr<v1::RoutingPolicy> ParsePolicy(std::string name) {
 int Run() {
   // --model (model/model_flags.h): the file the workers serve, read here
   // for its tokenizer and chat template (not its weights).
+  absl::StatusOr<rpc::ClusterCredential> credential =
+      rpc::ClusterCredentialFromFlags();
+  if (!credential.ok()) {
+    PD_LOG(ERROR) << credential.status();
+    return 2;
+  }
+  rpc::ClusterCredential api_keys;
+  if (const std::string path = absl::GetFlag(FLAGS_api_key_file);
+      !path.empty()) {
+    absl::StatusOr<rpc::ClusterCredential> read =
+        rpc::ClusterCredential::FromFile(path);
+    if (!read.ok()) {
+      PD_LOG(ERROR) << "--api_key_file: " << read.status();
+      return 2;
+    }
+    api_keys = *std::move(read);
+  }
   const std::string model_path = model::ModelPathFromFlags();
   absl::StatusOr<std::unique_ptr<model::ModelText>> model =
       model::ModelText::Open(model_path);
@@ -165,12 +190,13 @@ int Run() {
   core_options.reservation_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_reservation_timeout_ms));
   core_options.model_id = model::ServedModelName(model_path);
+  core_options.credential = *credential;
   GenerationCore core(model->get(), registry->get(), &policy, core_options);
   const absl::Duration request_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_request_timeout_ms));
 
-  MembershipService membership(registry->get());
-  AdminService admin(registry->get(), &policy);
+  MembershipService membership(registry->get(), *credential);
+  AdminService admin(registry->get(), &policy, *credential);
   rpc::GrpcServerOptions control_options;
   control_options.listen_address = absl::GetFlag(FLAGS_control_listen);
   control_options.services = {&membership, &admin};
@@ -201,6 +227,7 @@ int Run() {
     http_options.default_timeout = request_timeout;
     http_options.metrics = router_metrics->get();
     http_options.metrics_registry = &metrics_registry;
+    http_options.api_keys = api_keys;
     http_options.retry_after_s = static_cast<int>(absl::ToInt64Seconds(
         core_options.retry_after + absl::Seconds(1) - absl::Nanoseconds(1)));
     absl::StatusOr<std::unique_ptr<HttpFrontend>> started =

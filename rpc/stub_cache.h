@@ -1,7 +1,8 @@
 // One gRPC stub per address, created on first use and kept: every caller of
 // a worker service (the router's request drivers, a prefill worker
 // completing transfers) reuses the channel to each peer instead of
-// connecting per call.
+// connecting per call. The worker services are the control plane: every
+// call presents the cluster's credential (rpc/control_plane_auth.h).
 //
 // Thread-safety: Get is thread-safe; stubs are thread-safe themselves.
 #ifndef PDSERVE_RPC_STUB_CACHE_H_
@@ -9,12 +10,13 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
+#include "rpc/cluster_credential.h"
+#include "rpc/control_plane_auth.h"
 
 namespace pdserve::rpc {
 
@@ -22,18 +24,22 @@ namespace pdserve::rpc {
 template <typename Service>
 class StubCache {
  public:
+  // Auth off by default (tests, local development).
+  explicit StubCache(ClusterCredential credential = ClusterCredential())
+      : credential_(std::move(credential)) {}
+
   // The stub for `address`; valid for the cache's life.
   typename Service::Stub* Get(const std::string& address) {
     absl::MutexLock lock(&mu_);
     std::unique_ptr<typename Service::Stub>& stub = stubs_[address];
     if (stub == nullptr) {
-      stub = Service::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      stub = Service::NewStub(NewControlPlaneChannel(address, credential_));
     }
     return stub.get();
   }
 
  private:
+  const ClusterCredential credential_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<typename Service::Stub>>
       stubs_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/control_plane_auth.h"
 #include "rpc/status_conversion.h"
 
 namespace pdserve::worker {
@@ -34,8 +35,8 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Start(
 
 MembershipClient::MembershipClient(MembershipClientOptions options)
     : options_(std::move(options)),
-      stub_(v1::Membership::NewStub(grpc::CreateChannel(
-          options_.router_address, grpc::InsecureChannelCredentials()))) {}
+      stub_(v1::Membership::NewStub(rpc::NewControlPlaneChannel(
+          options_.router_address, options_.credential))) {}
 
 MembershipClient::~MembershipClient() { Stop("shutdown"); }
 

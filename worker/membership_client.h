@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/membership.grpc.pb.h"
+#include "rpc/cluster_credential.h"
 
 namespace pdserve::worker {
 
@@ -47,6 +48,8 @@ struct MembershipClientOptions {
   std::function<void(absl::Duration deadline)> on_drain;
   // Deadline of each call to the router.
   absl::Duration rpc_timeout = absl::Seconds(2);
+  // Presented on every call (membership is the control plane).
+  rpc::ClusterCredential credential;
 };
 
 class MembershipClient {

@@ -11,6 +11,7 @@
 #include "metrics/registry.h"
 #include "model/model_flags.h"
 #include "proto/enum_names.h"
+#include "rpc/cluster_credential_flags.h"
 #include "worker/engine_flags.h"
 #include "worker/kv_transport_flags.h"
 
@@ -33,6 +34,13 @@ int RunWorker(int argc, char** argv, const WorkerMain& main) {
     return 2;
   }
   basics.transport = *std::move(transport);
+  absl::StatusOr<rpc::ClusterCredential> credential =
+      rpc::ClusterCredentialFromFlags();
+  if (!credential.ok()) {
+    PD_LOG(ERROR) << credential.status();
+    return 2;
+  }
+  basics.credential = *std::move(credential);
 
   const std::string model_path = model::ModelPathFromFlags();
   absl::StatusOr<std::unique_ptr<model::Model>> model =
@@ -72,6 +80,7 @@ int RunWorker(int argc, char** argv, const WorkerMain& main) {
   WorkerProcessOptions process;
   process.role = basics.role;
   process.metrics = &registry;
+  process.credential = basics.credential;
   // Declared after the model: destroyed before it.
   absl::StatusOr<std::unique_ptr<RoleState>> role =
       main.build(basics, &process);

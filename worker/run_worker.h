@@ -2,7 +2,8 @@
 // pd-decode-worker so that both start, fail and stop the same way:
 //
 //   block SIGTERM/SIGINT, parse the command line
-//   -> worker id (the log tag), engine options, KV transport, from flags
+//   -> worker id (the log tag), engine options, KV transport, the cluster
+//      credential (--cluster_token_file), from flags
 //   -> the metrics registry: process metrics, the worker families
 //      (worker_metrics.h) with --itl_buckets / --ttft_buckets
 //   -> open --model
@@ -24,6 +25,7 @@
 #include "kv_transfer/transport_factory.h"
 #include "model/model.h"
 #include "proto/common.pb.h"
+#include "rpc/cluster_credential.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_process.h"
 
@@ -39,6 +41,9 @@ struct WorkerBasics {
   const model::Model* model = nullptr;
   // Where the serving core records (exported at --metrics_listen).
   WorkerMetrics* metrics = nullptr;
+  // --cluster_token_file: demanded of every caller of the role's services,
+  // presented to the router and to peers.
+  rpc::ClusterCredential credential;
 };
 
 // What a role keeps alive while its process serves: its serving core, its

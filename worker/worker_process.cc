@@ -137,6 +137,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
   if (const std::string router = absl::GetFlag(FLAGS_router); !router.empty()) {
     MembershipClientOptions membership_options;
     membership_options.router_address = router;
+    membership_options.credential = options.credential;
     v1::RegisterRequest& registration = membership_options.registration;
     registration.set_worker_id(worker_id);
     registration.set_instance_id(

@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "proto/common.pb.h"
 #include "proto/membership.pb.h"
+#include "rpc/cluster_credential.h"
 #include "worker/worker_metrics.h"
 
 namespace grpc {
@@ -80,6 +81,8 @@ struct WorkerProcessOptions {
   const metrics::Registry* metrics = nullptr;
   // What the worker's metrics read at scrape time (worker_metrics.h).
   WorkerGauges gauges;
+  // Presented to the router (membership); auth off by default.
+  rpc::ClusterCredential credential;
 };
 
 // The worker id: --worker_id, or ROLE-HOST-PID when unset.
