@@ -34,6 +34,15 @@ std::string ClusterStatePath(const std::string& work_dir) {
   return work_dir + "/cluster.state";
 }
 
+std::string FirstLiveRouterControl(
+    const ClusterState& state,
+    const std::function<bool(const std::string& control)>& answers) {
+  for (const ClusterStateRouter& r : state.routers) {
+    if (answers(r.control)) return r.control;
+  }
+  return "";
+}
+
 absl::StatusOr<ClusterState> ParseClusterState(absl::string_view text) {
   ClusterState state;
   int number = 0;
@@ -56,6 +65,10 @@ absl::StatusOr<ClusterState> ParseClusterState(absl::string_view text) {
       (f[0] == "grpc"   ? state.grpc
        : f[0] == "http" ? state.http
                         : state.control) = f[1];
+    } else if (f[0] == "router") {
+      if (f.size() != 5) return bad("expected 'router NAME GRPC HTTP CONTROL'");
+      state.routers.push_back(
+          {.name = f[1], .grpc = f[2], .http = f[3], .control = f[4]});
     } else if (f[0] == "process") {
       ClusterStateProcess p;
       if (f.size() != 8 || !absl::SimpleAtoi(f[3], &p.pid) ||
@@ -91,6 +104,10 @@ std::string FormatClusterState(const ClusterState& state) {
   std::string out =
       absl::StrCat("pid ", state.supervisor_pid, "\ngrpc ", state.grpc,
                    "\nhttp ", state.http, "\ncontrol ", state.control, "\n");
+  for (const ClusterStateRouter& r : state.routers) {
+    absl::StrAppend(&out, "router ", r.name, " ", r.grpc, " ", r.http, " ",
+                    r.control, "\n");
+  }
   for (const ClusterStateProcess& p : state.processes) {
     absl::StrAppend(&out, "process ", p.name, " ", p.address, " ", p.pid, " ",
                     p.log_path, " ", p.state, " ", p.restarts, " ",

@@ -6,9 +6,11 @@
 //   grpc 127.0.0.1:50050                   the router's client gRPC
 //   http http://127.0.0.1:8000/v1          its OpenAI HTTP base
 //   control 127.0.0.1:50051                its control port (admin API)
+//   router NAME GRPC HTTP CONTROL          one line per router, the first
+//                                          (the one above) first
 //   process NAME ADDRESS PID LOG STATE RESTARTS LAST-EXIT...
 //
-// one process line per supervised process, the router first; STATE is
+// one process line per supervised process, the routers first; STATE is
 // SupervisedStateName's ("running", "backing-off", "crash-loop", "leaving",
 // "left") and LAST-EXIT the rest of the line ("-" when none). The
 // supervisor rewrites the whole file (a temporary file renamed into place)
@@ -21,6 +23,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,11 +44,21 @@ struct ClusterStateProcess {
   std::string last_exit;  // "-" when none
 };
 
+// Where one router serves (pdctl up --routers=N starts N).
+struct ClusterStateRouter {
+  std::string name;  // "router", "router-1", ...
+  std::string grpc;
+  std::string http;  // "http://host:port/v1"
+  std::string control;
+};
+
 struct ClusterState {
   pid_t supervisor_pid = 0;
   std::string grpc;     // host:port
   std::string http;     // "http://host:port/v1"
   std::string control;  // host:port
+  // Every router; grpc, http and control above are the first one's.
+  std::vector<ClusterStateRouter> routers;
   std::vector<ClusterStateProcess> processes;
 
   // "host:port" of the HTTP base (where the router serves /metrics).
@@ -58,6 +71,13 @@ struct ClusterState {
 };
 
 std::string ClusterStatePath(const std::string& work_dir);
+
+// The control address of the first router in `state` that `answers` (one
+// may have died: any router serves the whole cluster); empty when none
+// does.
+std::string FirstLiveRouterControl(
+    const ClusterState& state,
+    const std::function<bool(const std::string& control)>& answers);
 
 // INVALID_ARGUMENT naming the line that is malformed. Unknown keys are
 // skipped (a newer supervisor may add lines).

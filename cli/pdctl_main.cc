@@ -1,6 +1,7 @@
 // pdctl: the operator CLI.
 //
-//   pdctl up       [--prefill=N --decode=N --colocated=N --model=FILE ...]
+//   pdctl up       [--routers=N --prefill=N --decode=N --colocated=N
+//                  --model=FILE ...]
 //                  starts a local cluster in the background, waits until
 //                  every process is healthy and registered, prints the
 //                  endpoints and returns (--foreground: stay until Ctrl-C)
@@ -45,7 +46,8 @@
 //                  (cli/profile.h)
 //
 // --router is the router's control address (membership and admin API;
-// loopback by default); --grpc its client address.
+// loopback by default; unset with a local cluster up: its first router that
+// answers); --grpc its client address.
 // Exit codes: 0 success, 1 the operation failed, 2 bad usage.
 #include <signal.h>
 #include <sys/wait.h>
@@ -66,6 +68,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -92,6 +95,10 @@ ABSL_FLAG(std::string, router, "127.0.0.1:50051",
           "the router's control address (admin API)");
 ABSL_FLAG(std::string, grpc, "127.0.0.1:50050",
           "generate: the router's client gRPC address");
+ABSL_FLAG(int32_t, routers, 1,
+          "up: number of routers (each serves every worker; the first on "
+          "--router_listen/--http_listen/--control_listen, the others on "
+          "free ports listed by pdctl up)");
 ABSL_FLAG(int32_t, prefill, 1, "up: number of prefill workers");
 ABSL_FLAG(int32_t, decode, 1, "up: number of decode workers");
 ABSL_FLAG(int32_t, colocated, 0,
@@ -242,13 +249,34 @@ bool Running(pid_t pid) {
          line[close + 2] != 'Z' && line[close + 2] != 'X';
 }
 
+// --router when set to other than its default; else, with a local cluster
+// up, its first router that answers (another may have died), else the
+// default.
+std::string RouterControl() {
+  const std::string flag = absl::GetFlag(FLAGS_router);
+  const absl::CommandLineFlag* router = absl::FindCommandLineFlag("router");
+  if ((router != nullptr && router->CurrentValue() != router->DefaultValue()) ||
+      !LiveSupervisor().has_value()) {
+    return flag;
+  }
+  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+  if (!state.ok()) return flag;
+  const std::string live =
+      FirstLiveRouterControl(*state, [](const std::string& control) {
+        absl::StatusOr<rpc::HealthStatus> health =
+            rpc::CheckHealth(control, "", absl::Milliseconds(500));
+        return health.ok() && *health == rpc::HealthStatus::kServing;
+      });
+  return live.empty() ? flag : live;
+}
+
 int Fail(const absl::Status& status) {
   std::cerr << "pdctl: " << status << "\n";
   return 1;
 }
 
 int Status() {
-  const std::string router = absl::GetFlag(FLAGS_router);
+  const std::string router = RouterControl();
   // The local processes first when the router does not answer: it may be
   // the one restarting.
   absl::StatusOr<v1::ListPoolsResponse> pools = ListPools(router, kRpcTimeout);
@@ -297,7 +325,7 @@ int Top() {
   const absl::Duration timeout =
       std::clamp(interval, absl::Milliseconds(250), absl::Seconds(2));
   TopFrameInput input;
-  input.router_control = absl::GetFlag(FLAGS_router);
+  input.router_control = RouterControl();
   input.router_http = absl::GetFlag(FLAGS_router_http);
   if (input.router_http.empty()) {
     input.router_http = LocalClusterHttp().value_or("127.0.0.1:8000");
@@ -340,7 +368,7 @@ int Drain(const std::vector<char*>& args) {
     return 2;
   }
   absl::StatusOr<v1::DrainWorkerResponse> drained = DrainWorker(
-      absl::GetFlag(FLAGS_router), args[2],
+      RouterControl(), args[2],
       absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms)), kRpcTimeout);
   if (!drained.ok()) return Fail(drained.status());
   std::cout << "draining " << args[2] << " (" << drained->inflight_requests()
@@ -392,7 +420,7 @@ int Scale(const std::vector<char*>& args) {
 }
 
 int Policy(const std::vector<char*>& args) {
-  const std::string router = absl::GetFlag(FLAGS_router);
+  const std::string router = RouterControl();
   absl::StatusOr<v1::GetRoutingPolicyResponse> current =
       GetRoutingPolicy(router, kRpcTimeout);
   if (!current.ok()) return Fail(current.status());
@@ -512,6 +540,12 @@ void WriteStateFile(LocalCluster& cluster, const Supervisor& supervisor) {
   state.grpc = cluster.router_address();
   state.http = absl::StrCat(cluster.http_url(), "/v1");
   state.control = cluster.control_address();
+  for (const LocalRouter& r : cluster.routers()) {
+    state.routers.push_back({.name = r.name,
+                             .grpc = r.address,
+                             .http = absl::StrCat(r.http_url, "/v1"),
+                             .control = r.control_address});
+  }
   for (const SupervisedProcess& s : supervisor.processes()) {
     const LocalProcess* p = cluster.Find(s.name);
     state.processes.push_back({.name = p->name,
@@ -590,6 +624,7 @@ int Up() {
   options.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty()
                         ? absl::StrCat(ExecutableDir(), "/..")
                         : absl::GetFlag(FLAGS_bin_dir);
+  options.num_routers = absl::GetFlag(FLAGS_routers);
   options.num_prefill = absl::GetFlag(FLAGS_prefill);
   options.num_decode = absl::GetFlag(FLAGS_decode);
   options.num_colocated = absl::GetFlag(FLAGS_colocated);
@@ -619,8 +654,9 @@ int Up() {
   // Scale requests nobody took, and results nobody read, are stale.
   std::remove(ScaleRequestPath(options.work_dir).c_str());
   std::remove(ScaleResultPath(options.work_dir).c_str());
-  std::cout << "starting router, " << options.num_prefill << " prefill, "
-            << options.num_decode << " decode and " << options.num_colocated
+  std::cout << "starting " << options.num_routers << " router(s), "
+            << options.num_prefill << " prefill, " << options.num_decode
+            << " decode and " << options.num_colocated
             << " colocated workers (logs in " << options.work_dir << ")"
             << std::endl;
   if (absl::GetFlag(FLAGS_foreground)) return Supervise(options);
@@ -783,7 +819,7 @@ int Plan() {
     router_http = LocalClusterHttp().value_or("127.0.0.1:8000");
   }
   return autoscaler::RunPlannerProcess(
-      {.router_control = absl::GetFlag(FLAGS_router),
+      {.router_control = RouterControl(),
        .router_http = router_http,
        .scaler = "local",
        .local = {.work_dir = WorkDir(),
