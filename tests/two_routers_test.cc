@@ -9,8 +9,9 @@
 //     index is complete at once (the workers send it a snapshot).
 // KV blocks the dead router had reserved on the decode worker for requests
 // it never prefilled are freed when their admission expires
-// (--admission_ttl_ms); the requests it had in flight are lost to its own
-// clients only.
+// (--admission_ttl_ms, short here), so the workers end idle with every
+// block free; the requests it had in flight are lost to its own clients
+// only.
 #include <signal.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "cli/local_cluster.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_testing.h"
+#include "tests/fault_testing.h"
 #include "tests/pdctl_testing.h"
 #include "tests/serving_testing.h"
 
@@ -40,6 +42,7 @@ using testing::Outcome;
 using testing::TokenRequest;
 
 constexpr int32_t kVocab = 256;  // the tiny model's byte tokens at least
+constexpr int kAdmissionTtlMs = 4000;
 
 class TwoRoutersTest : public ::testing::Test {
  protected:
@@ -51,6 +54,11 @@ class TwoRoutersTest : public ::testing::Test {
     options_.num_routers = 2;
     options_.num_prefill = 1;
     options_.num_decode = 1;
+    // What the killed router had reserved on the decode worker and never
+    // used is freed within seconds, not the default two minutes.
+    options_.pool_args["decode"] = {
+        absl::StrCat("--admission_ttl_ms=", kAdmissionTtlMs),
+        "--kv_quarantine_ms=2000"};
     options_.lease = absl::Milliseconds(1200);
     options_.heartbeat = absl::Milliseconds(200);
     absl::StatusOr<std::unique_ptr<cli::LocalCluster>> cluster =
@@ -166,6 +174,16 @@ TEST_F(TwoRoutersTest, EitherRouterServesAndOneDyingLosesOnlyItsOwn) {
   for (const std::string& f : b_failures) ADD_FAILURE() << "through B: " << f;
   EXPECT_EQ(on_b_after_kill, both);
   EXPECT_EQ(Serving(b.control_address), both);
+  // The dead router's admissions and transfers are all released: every
+  // KV block free, nothing in flight (their TTL, then the quarantine).
+  const absl::Duration idle = testing::AwaitWorkersIdle(
+      b.control_address, both,
+      absl::Milliseconds(kAdmissionTtlMs) + absl::Seconds(20));
+  std::cout << "workers idle with every KV block free "
+            << absl::FormatDuration(absl::Now() - killed) << " after the kill ("
+            << absl::FormatDuration(idle)
+            << " after the load ended; --admission_ttl_ms=" << kAdmissionTtlMs
+            << ")" << std::endl;
 
   // Computed through B while A is down: A learns it only from the snapshot
   // the workers send when they register with it again.
