@@ -44,8 +44,7 @@ TEST(ParseRouterTargetsTest, DnsForm) {
 TEST(ParseRouterTargetsTest, RefusesMalformedEntries) {
   for (const char* bad :
        {"127.0.0.1", "127.0.0.1:", ":50051", "a:1,,b:2", "a:0", "a:70000",
-        "a:x", "dns:///name", "dns:///name:0", "dns:///:1",
-        "dns:///a:1,b:2"}) {
+        "a:x", "dns:///name", "dns:///name:0", "dns:///:1", "dns:///a:1,b:2"}) {
     EXPECT_EQ(ParseRouterTargets(bad).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;
@@ -76,21 +75,21 @@ TEST(ResolveRouterTargetsTest, DnsNameGivesEveryAddressWithThePort) {
                                      "10.0.0.2"});
       });
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_THAT(*r, ElementsAre("10.0.0.1:7000", "10.0.0.2:7000",
-                              "[fd00::1]:7000"));
+  EXPECT_THAT(*r,
+              ElementsAre("10.0.0.1:7000", "10.0.0.2:7000", "[fd00::1]:7000"));
 }
 
 TEST(ResolveRouterTargetsTest, UnresolvableNameIsUnavailable) {
   RouterTargets t = *ParseRouterTargets("dns:///routers:7000");
-  EXPECT_EQ(ResolveRouterTargets(t,
-                                 [](const std::string&) {
-                                   return absl::StatusOr<
-                                       std::vector<std::string>>(
-                                       absl::UnavailableError("no such host"));
-                                 })
-                .status()
-                .code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      ResolveRouterTargets(t,
+                           [](const std::string&) {
+                             return absl::StatusOr<std::vector<std::string>>(
+                                 absl::UnavailableError("no such host"));
+                           })
+          .status()
+          .code(),
+      absl::StatusCode::kUnavailable);
 }
 
 TEST(ResolveHostTest, RealResolverFindsLoopback) {
