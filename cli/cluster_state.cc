@@ -13,10 +13,22 @@
 
 namespace pdserve::cli {
 
-std::string ClusterState::HttpAddress() const {
-  absl::string_view rest = http;
-  absl::ConsumePrefix(&rest, "http://");
-  return std::string(rest.substr(0, rest.find('/')));
+namespace {
+std::string HostPortOfUrl(absl::string_view url) {
+  absl::ConsumePrefix(&url, "http://");
+  return std::string(url.substr(0, url.find('/')));
+}
+}  // namespace
+
+std::string ClusterState::HttpAddress() const { return HostPortOfUrl(http); }
+
+std::vector<std::string> ClusterState::RouterHttpAddresses() const {
+  if (routers.empty()) return {HttpAddress()};
+  std::vector<std::string> addresses;
+  for (const ClusterStateRouter& r : routers) {
+    addresses.push_back(HostPortOfUrl(r.http));
+  }
+  return addresses;
 }
 
 std::map<std::string, int> ClusterState::PoolSizes() const {
@@ -32,6 +44,15 @@ std::map<std::string, int> ClusterState::PoolSizes() const {
 
 std::string ClusterStatePath(const std::string& work_dir) {
   return work_dir + "/cluster.state";
+}
+
+std::string FirstLiveRouterControl(
+    const ClusterState& state,
+    const std::function<bool(const std::string& control)>& answers) {
+  for (const ClusterStateRouter& r : state.routers) {
+    if (answers(r.control)) return r.control;
+  }
+  return "";
 }
 
 absl::StatusOr<ClusterState> ParseClusterState(absl::string_view text) {
@@ -59,6 +80,10 @@ absl::StatusOr<ClusterState> ParseClusterState(absl::string_view text) {
     } else if (f[0] == "token_file") {
       if (f.size() != 2) return bad("expected one path");
       state.cluster_token_file = f[1];
+    } else if (f[0] == "router") {
+      if (f.size() != 5) return bad("expected 'router NAME GRPC HTTP CONTROL'");
+      state.routers.push_back(
+          {.name = f[1], .grpc = f[2], .http = f[3], .control = f[4]});
     } else if (f[0] == "process") {
       ClusterStateProcess p;
       if (f.size() != 8 || !absl::SimpleAtoi(f[3], &p.pid) ||
@@ -96,6 +121,10 @@ std::string FormatClusterState(const ClusterState& state) {
                    "\nhttp ", state.http, "\ncontrol ", state.control, "\n");
   if (!state.cluster_token_file.empty()) {
     absl::StrAppend(&out, "token_file ", state.cluster_token_file, "\n");
+  }
+  for (const ClusterStateRouter& r : state.routers) {
+    absl::StrAppend(&out, "router ", r.name, " ", r.grpc, " ", r.http, " ",
+                    r.control, "\n");
   }
   for (const ClusterStateProcess& p : state.processes) {
     absl::StrAppend(&out, "process ", p.name, " ", p.address, " ", p.pid, " ",

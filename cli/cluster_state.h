@@ -7,9 +7,11 @@
 //   http http://127.0.0.1:8000/v1          its OpenAI HTTP base
 //   control 127.0.0.1:50051                its control port (admin API)
 //   token_file /abs/path                   --cluster_token_file, when set
+//   router NAME GRPC HTTP CONTROL          one line per router, the first
+//                                          (the one above) first
 //   process NAME ADDRESS PID LOG STATE RESTARTS LAST-EXIT...
 //
-// one process line per supervised process, the router first; STATE is
+// one process line per supervised process, the routers first; STATE is
 // SupervisedStateName's ("running", "backing-off", "crash-loop", "leaving",
 // "left") and LAST-EXIT the rest of the line ("-" when none). The
 // supervisor rewrites the whole file (a temporary file renamed into place)
@@ -22,6 +24,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,6 +45,14 @@ struct ClusterStateProcess {
   std::string last_exit;  // "-" when none
 };
 
+// Where one router serves (pdctl up --routers=N starts N).
+struct ClusterStateRouter {
+  std::string name;  // "router", "router-1", ...
+  std::string grpc;
+  std::string http;  // "http://host:port/v1"
+  std::string control;
+};
+
 struct ClusterState {
   pid_t supervisor_pid = 0;
   std::string grpc;     // host:port
@@ -50,10 +61,15 @@ struct ClusterState {
   // The cluster's --cluster_token_file (absolute); empty: auth off. Later
   // pdctl commands present its token to the router.
   std::string cluster_token_file;
+  // Every router; grpc, http and control above are the first one's.
+  std::vector<ClusterStateRouter> routers;
   std::vector<ClusterStateProcess> processes;
 
   // "host:port" of the HTTP base (where the router serves /metrics).
   std::string HttpAddress() const;
+  // Every router's host:port of its HTTP port (its /metrics), the first
+  // first; `http`'s alone in a state file from before routers were listed.
+  std::vector<std::string> RouterHttpAddresses() const;
   // Members of each pool ("prefill", "decode", "colocated"; all three
   // present): its workers that have not left or begun leaving. A worker
   // backing off after a crash is still a member. This is the size the pool
@@ -62,6 +78,13 @@ struct ClusterState {
 };
 
 std::string ClusterStatePath(const std::string& work_dir);
+
+// The control address of the first router in `state` that `answers` (one
+// may have died: any router serves the whole cluster); empty when none
+// does.
+std::string FirstLiveRouterControl(
+    const ClusterState& state,
+    const std::function<bool(const std::string& control)>& answers);
 
 // INVALID_ARGUMENT naming the line that is malformed. Unknown keys are
 // skipped (a newer supervisor may add lines).

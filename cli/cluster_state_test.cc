@@ -26,21 +26,35 @@ TEST(ClusterStateTest, RoundTripsAndCountsPoolMembers) {
                                .restarts = 0,
                                .last_exit = "-"};
   };
+  state.routers = {{.name = "router",
+                    .grpc = state.grpc,
+                    .http = state.http,
+                    .control = state.control},
+                   {.name = "router-1",
+                    .grpc = "127.0.0.1:3",
+                    .http = "http://127.0.0.1:4/v1",
+                    .control = "127.0.0.1:5"}};
   state.processes = {
-      process("router", "running"),   process("prefill-0", "running"),
-      process("decode-0", "running"), process("decode-1", "backing-off"),
-      process("decode-2", "leaving"), process("prefill-1", "left")};
-  state.processes[3].last_exit = "killed by signal 9 (Killed)";
+      process("router", "running"),       process("router-1", "running"),
+      process("prefill-0", "running"),    process("decode-0", "running"),
+      process("decode-1", "backing-off"), process("decode-2", "leaving"),
+      process("prefill-1", "left")};
+  state.processes[4].last_exit = "killed by signal 9 (Killed)";
   absl::StatusOr<ClusterState> parsed =
       ParseClusterState(FormatClusterState(state));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->supervisor_pid, 4242);
   EXPECT_EQ(parsed->HttpAddress(), "127.0.0.1:8000");
   EXPECT_EQ(parsed->control, "127.0.0.1:50051");
-  ASSERT_EQ(parsed->processes.size(), 6u);
-  EXPECT_EQ(parsed->processes[3].last_exit, "killed by signal 9 (Killed)");
-  EXPECT_EQ(parsed->processes[3].state, "backing-off");
-  // Backing off still counts; leaving and left do not; the router is no
+  ASSERT_EQ(parsed->routers.size(), 2u);
+  EXPECT_EQ(parsed->routers[1].name, "router-1");
+  EXPECT_EQ(parsed->routers[1].grpc, "127.0.0.1:3");
+  EXPECT_EQ(parsed->routers[1].http, "http://127.0.0.1:4/v1");
+  EXPECT_EQ(parsed->routers[1].control, "127.0.0.1:5");
+  ASSERT_EQ(parsed->processes.size(), 7u);
+  EXPECT_EQ(parsed->processes[4].last_exit, "killed by signal 9 (Killed)");
+  EXPECT_EQ(parsed->processes[4].state, "backing-off");
+  // Backing off still counts; leaving and left do not; the routers are no
   // pool's.
   const std::map<std::string, int> want = {
       {"prefill", 1}, {"decode", 2}, {"colocated", 0}};
@@ -60,9 +74,27 @@ TEST(ClusterStateTest, RecordsTheTokenFileOnlyWhenSet) {
   EXPECT_EQ(parsed->control, "127.0.0.1:50051");
 }
 
+TEST(ClusterStateTest, FirstLiveRouterControlSkipsDeadRouters) {
+  ClusterState state;
+  state.routers = {
+      {.name = "router", .grpc = "", .http = "", .control = "a:1"},
+      {.name = "router-1", .grpc = "", .http = "", .control = "b:2"},
+      {.name = "router-2", .grpc = "", .http = "", .control = "c:3"}};
+  EXPECT_EQ(
+      FirstLiveRouterControl(state, [](const std::string&) { return true; }),
+      "a:1");
+  EXPECT_EQ(FirstLiveRouterControl(
+                state, [](const std::string& c) { return c != "a:1"; }),
+            "b:2");
+  EXPECT_EQ(
+      FirstLiveRouterControl(state, [](const std::string&) { return false; }),
+      "");
+}
+
 TEST(ClusterStateTest, RefusesMalformedLinesAndMissingFiles) {
   EXPECT_FALSE(ParseClusterState("pid x\n").ok());
   EXPECT_FALSE(ParseClusterState("process a b c\n").ok());
+  EXPECT_FALSE(ParseClusterState("router a b c\n").ok());
   absl::StatusOr<ClusterState> bad = ParseClusterState(
       "pid 1\nprocess decode-0 addr NOTPID log running 0 -\n");
   ASSERT_FALSE(bad.ok());

@@ -100,35 +100,49 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   cluster->decode_bin_ = decode_bin;
   const absl::Time give_up = absl::Now() + options.startup_timeout;
 
+  if (options.num_routers < 1) {
+    return absl::InvalidArgumentError("a cluster needs at least one router");
+  }
   std::vector<std::string> model_args;
   if (!options.model_path.empty()) {
     model_args.push_back(absl::StrCat("--model=", options.model_path));
   }
-  std::vector<std::string> router_args = {
-      absl::StrCat("--listen=", options.router_listen),
-      absl::StrCat("--http_listen=", options.http_listen),
-      absl::StrCat("--control_listen=", options.control_listen),
-      absl::StrCat("--lease_ms=", Ms(options.lease)),
-      absl::StrCat("--heartbeat_ms=", Ms(options.heartbeat))};
-  router_args.insert(router_args.end(), model_args.begin(), model_args.end());
-  if (!options.cluster_token_file.empty()) {
-    router_args.push_back(
-        absl::StrCat("--cluster_token_file=", options.cluster_token_file));
-  }
-  router_args.insert(router_args.end(), options.router_args.begin(),
-                     options.router_args.end());
-  std::vector<int> router_ports;
-  PD_ASSIGN_OR_RETURN(LocalProcess router,
-                      cluster->Launch("router", router_bin, router_args,
-                                      give_up, &router_ports));
-  cluster->processes_.push_back(std::move(router));
-  if (router_ports.size() < 3 || router_ports[1] <= 0) {
-    return absl::InternalError(
-        "the router's port file does not list its control port");
-  }
-  cluster->control_address_ = absl::StrCat("127.0.0.1:", router_ports[1]);
-  if (router_ports[2] > 0) {
-    cluster->http_url_ = absl::StrCat("http://127.0.0.1:", router_ports[2]);
+  for (int r = 0; r < options.num_routers; ++r) {
+    const bool first = r == 0;
+    std::vector<std::string> router_args = {
+        absl::StrCat("--listen=",
+                     first ? options.router_listen : "127.0.0.1:0"),
+        absl::StrCat("--http_listen=",
+                     first ? options.http_listen : "127.0.0.1:0"),
+        absl::StrCat("--control_listen=",
+                     first ? options.control_listen : "127.0.0.1:0"),
+        absl::StrCat("--lease_ms=", Ms(options.lease)),
+        absl::StrCat("--heartbeat_ms=", Ms(options.heartbeat))};
+    router_args.insert(router_args.end(), model_args.begin(), model_args.end());
+    if (!options.cluster_token_file.empty()) {
+      router_args.push_back(
+          absl::StrCat("--cluster_token_file=", options.cluster_token_file));
+    }
+    router_args.insert(router_args.end(), options.router_args.begin(),
+                       options.router_args.end());
+    const std::string name = first ? "router" : absl::StrCat("router-", r);
+    std::vector<int> router_ports;
+    PD_ASSIGN_OR_RETURN(
+        LocalProcess router,
+        cluster->Launch(name, router_bin, router_args, give_up, &router_ports));
+    if (router_ports.size() < 3 || router_ports[1] <= 0) {
+      return absl::InternalError(absl::StrCat(
+          "the port file of ", name, " does not list its control port"));
+    }
+    LocalRouter endpoints;
+    endpoints.name = name;
+    endpoints.address = router.address;
+    endpoints.control_address = absl::StrCat("127.0.0.1:", router_ports[1]);
+    if (router_ports[2] > 0) {
+      endpoints.http_url = absl::StrCat("http://127.0.0.1:", router_ports[2]);
+    }
+    cluster->processes_.push_back(std::move(router));
+    cluster->routers_.push_back(std::move(endpoints));
   }
 
   std::vector<std::string> names;
@@ -155,9 +169,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 
 std::vector<std::string> LocalCluster::WorkerArgs(
     const std::string& name, const std::string& pool) const {
-  std::vector<std::string> args = {"--listen=127.0.0.1:0",
-                                   absl::StrCat("--router=", control_address_),
-                                   absl::StrCat("--worker_id=", name)};
+  std::vector<std::string> controls;
+  for (const LocalRouter& r : routers_) controls.push_back(r.control_address);
+  std::vector<std::string> args = {
+      "--listen=127.0.0.1:0",
+      absl::StrCat("--router=", absl::StrJoin(controls, ",")),
+      absl::StrCat("--worker_id=", name)};
   if (!options_.model_path.empty()) {
     args.push_back(absl::StrCat("--model=", options_.model_path));
   }
@@ -199,8 +216,23 @@ absl::StatusOr<std::string> LocalCluster::AddWorker(const std::string& pool,
   return name;
 }
 
+bool LocalCluster::IsRouter(const std::string& name) const {
+  for (const LocalRouter& r : routers_) {
+    if (r.name == name) return true;
+  }
+  return false;
+}
+
+std::string LocalCluster::live_control_address() {
+  for (const LocalRouter& r : routers_) {
+    const LocalProcess* p = Find(r.name);
+    if (p != nullptr && p->process->running()) return r.control_address;
+  }
+  return control_address();
+}
+
 absl::Status LocalCluster::Remove(const std::string& name) {
-  for (size_t i = 1; i < processes_.size(); ++i) {
+  for (size_t i = routers_.size(); i < processes_.size(); ++i) {
     if (processes_[i].name != name) continue;
     if (processes_[i].process->running()) {
       return absl::FailedPreconditionError(absl::StrCat(name, " still runs"));
@@ -212,27 +244,39 @@ absl::Status LocalCluster::Remove(const std::string& name) {
 }
 
 absl::Status LocalCluster::AwaitServing(const std::vector<std::string>& names,
-                                        absl::Time give_up) {
-  while (true) {
-    absl::StatusOr<v1::ListWorkersResponse> listed =
-        ListWorkers(control_address_, v1::WORKER_ROLE_UNSPECIFIED,
-                    absl::Seconds(2), credential_);
-    size_t serving = 0;
-    if (listed.ok()) {
-      for (const v1::WorkerInfo& w : listed->workers()) {
-        // At the address of its current process: a restarted worker's old
-        // registration may not have expired yet.
-        const LocalProcess* p = Find(w.worker_id());
-        serving +=
-            w.state() == v1::WORKER_STATE_SERVING && p != nullptr &&
-            w.grpc_address() == p->address &&
-            std::find(names.begin(), names.end(), w.worker_id()) != names.end();
+                                        absl::Time give_up,
+                                        std::vector<std::string> routers) {
+  if (routers.empty()) {
+    for (const LocalRouter& r : routers_) {
+      const LocalProcess* p = Find(r.name);
+      if (p != nullptr && p->process->running()) {
+        routers.push_back(r.control_address);
       }
     }
-    if (serving == names.size()) return absl::OkStatus();
+  }
+  while (true) {
+    size_t least = names.size();
+    for (const std::string& control : routers) {
+      absl::StatusOr<v1::ListWorkersResponse> listed = ListWorkers(
+          control, v1::WORKER_ROLE_UNSPECIFIED, absl::Seconds(2), credential_);
+      size_t serving = 0;
+      if (listed.ok()) {
+        for (const v1::WorkerInfo& w : listed->workers()) {
+          // At the address of its current process: a restarted worker's
+          // old registration may not have expired yet.
+          const LocalProcess* p = Find(w.worker_id());
+          serving += w.state() == v1::WORKER_STATE_SERVING && p != nullptr &&
+                     w.grpc_address() == p->address &&
+                     std::find(names.begin(), names.end(), w.worker_id()) !=
+                         names.end();
+        }
+      }
+      least = std::min(least, serving);
+    }
+    if (least == names.size()) return absl::OkStatus();
     if (absl::Now() >= give_up) {
       return absl::DeadlineExceededError(
-          absl::StrCat("only ", serving, " of ", names.size(),
+          absl::StrCat("only ", least, " of ", names.size(),
                        " workers registered as SERVING in time; logs in ",
                        options_.work_dir));
     }
@@ -255,20 +299,23 @@ absl::Status LocalCluster::Restart(const std::string& name,
     return absl::FailedPreconditionError(
         absl::StrCat(name, " is still running"));
   }
-  const bool router = old == &processes_[0];
+  const LocalRouter* router = nullptr;
+  for (const LocalRouter& r : routers_) {
+    if (r.name == name) router = &r;
+  }
   std::vector<std::string> args = old->args;
-  if (router) {
+  if (router != nullptr) {
     // The same addresses (the ones port 0 picked), so that clients and
     // workers find the new router where the old one was.
     for (std::string& arg : args) {
       if (absl::StartsWith(arg, "--listen=")) {
         arg = absl::StrCat("--listen=", old->address);
       } else if (absl::StartsWith(arg, "--control_listen=")) {
-        arg = absl::StrCat("--control_listen=", control_address_);
+        arg = absl::StrCat("--control_listen=", router->control_address);
       } else if (absl::StartsWith(arg, "--http_listen=") &&
-                 !http_url_.empty()) {
+                 !router->http_url.empty()) {
         arg = absl::StrCat("--http_listen=",
-                           absl::StripPrefix(http_url_, "http://"));
+                           absl::StripPrefix(router->http_url, "http://"));
       }
     }
   }
@@ -276,15 +323,15 @@ absl::Status LocalCluster::Restart(const std::string& name,
                       Launch(name, old->binary, args, give_up));
   fresh.args = old->args;
   *old = std::move(fresh);
-  if (!router) return AwaitServing({name}, give_up);
+  if (router == nullptr) return AwaitServing({name}, give_up);
   // Every worker still running registers with the new router.
   std::vector<std::string> workers;
-  for (size_t i = 1; i < processes_.size(); ++i) {
+  for (size_t i = routers_.size(); i < processes_.size(); ++i) {
     if (processes_[i].process->running()) {
       workers.push_back(processes_[i].name);
     }
   }
-  return AwaitServing(workers, give_up);
+  return AwaitServing(workers, give_up, {router->control_address});
 }
 
 absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
@@ -316,7 +363,7 @@ absl::StatusOr<LocalProcess> LocalCluster::Launch(const std::string& name,
   local.address = absl::StrCat("127.0.0.1:", bound[0]);
   // Workers write their metrics port second, the router its HTTP port
   // third (its control port is second).
-  const size_t metrics_port = name == "router" ? 2 : 1;
+  const size_t metrics_port = absl::StartsWith(name, "router") ? 2 : 1;
   if (bound.size() > metrics_port && bound[metrics_port] > 0) {
     local.metrics_address = absl::StrCat("127.0.0.1:", bound[metrics_port]);
   }
@@ -352,12 +399,15 @@ absl::Status LocalCluster::Stop(absl::Duration grace) {
   };
   // Workers first, together, so they drain in parallel and can deregister
   // from a router that is still up.
-  for (size_t i = 1; i < processes_.size(); ++i) {
+  const size_t first_worker = std::min(routers_.size(), processes_.size());
+  for (size_t i = first_worker; i < processes_.size(); ++i) {
     if (processes_[i].process->running())
       processes_[i].process->Signal(SIGTERM);
   }
-  for (size_t i = 1; i < processes_.size(); ++i) stop(processes_[i]);
-  if (!processes_.empty()) stop(processes_[0]);
+  for (size_t i = first_worker; i < processes_.size(); ++i) {
+    stop(processes_[i]);
+  }
+  for (size_t i = 0; i < first_worker; ++i) stop(processes_[i]);
   if (!problems.empty()) {
     return absl::InternalError(absl::StrJoin(problems, "; "));
   }

@@ -1,9 +1,11 @@
-// LocalCluster: a router plus prefill and decode workers as real processes
-// on this host, for `pdctl up`, the quick start and multi-process tests.
+// LocalCluster: one or more routers plus prefill and decode workers as real
+// processes on this host, for `pdctl up`, the quick start and multi-process
+// tests.
 //
-// Start() launches the router, waits until it is SERVING, launches the
-// workers pointed at it, and returns once every process is SERVING and the
-// router lists every worker: a started cluster is a usable cluster. A process
+// Start() launches the routers, waits until they are SERVING, launches the
+// workers pointed at all of them (--router=A,B,...), and returns once every
+// process is SERVING and every router lists every worker: a started cluster
+// is a usable cluster. A process
 // that dies during start-up fails Start() with the end of its log.
 //
 // Ownership: owns the processes; destroying the cluster kills any still
@@ -25,6 +27,10 @@
 namespace pdserve::cli {
 
 struct LocalClusterOptions {
+  // Routers; each serves every worker. The first listens where
+  // router_listen, http_listen and control_listen say, the others on ports
+  // of their own (picked free).
+  int num_routers = 1;
   // Folder holding router/pd-router, prefill_worker/pd-prefill-worker and
   // decode_worker/pd-decode-worker (Bazel's bazel-bin layout), or the three
   // binaries side by side (installed layout).
@@ -35,8 +41,8 @@ struct LocalClusterOptions {
   int num_colocated = 0;
   // The GGUF file every process serves; empty: the default model.
   std::string model_path;
-  // Router listen addresses (client gRPC, OpenAI HTTP, control); port 0
-  // picks a free port.
+  // The first router's listen addresses (client gRPC, OpenAI HTTP,
+  // control); port 0 picks a free port.
   std::string router_listen = "127.0.0.1:0";
   std::string http_listen = "127.0.0.1:0";
   std::string control_listen = "127.0.0.1:0";
@@ -65,8 +71,17 @@ struct LocalClusterOptions {
   std::string cluster_token_file;
 };
 
+// Where one router serves.
+struct LocalRouter {
+  std::string name;     // "router" (the first), "router-1", ...
+  std::string address;  // client gRPC host:port
+  std::string control_address;
+  std::string http_url;  // "http://127.0.0.1:PORT"; empty if none
+};
+
 struct LocalProcess {
-  std::string name;     // "router", "prefill-0", "decode-0", ...
+  // "router", "router-1", ..., "prefill-0", "decode-0", ...
+  std::string name;
   std::string address;  // host:port it serves gRPC on.
   // host:port of its GET /metrics (the router's HTTP port); empty if none.
   std::string metrics_address;
@@ -85,28 +100,36 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
-  // The router's client gRPC address.
+  // The first router's client gRPC address.
   const std::string& router_address() const { return processes_[0].address; }
   // Its control address (membership, admin API: pdctl, ListWorkers).
-  const std::string& control_address() const { return control_address_; }
+  const std::string& control_address() const {
+    return routers_[0].control_address;
+  }
   // What the cluster's control plane demands (from cluster_token_file).
   const rpc::ClusterCredential& credential() const { return credential_; }
   const std::string& cluster_token_file() const {
     return options_.cluster_token_file;
   }
   // Its OpenAI HTTP base, "http://127.0.0.1:PORT".
-  const std::string& http_url() const { return http_url_; }
+  const std::string& http_url() const { return routers_[0].http_url; }
+  // Every router, the first first.
+  const std::vector<LocalRouter>& routers() const { return routers_; }
+  bool IsRouter(const std::string& name) const;
+  // The control address of the first router whose process runs (the first
+  // one's when none does).
+  std::string live_control_address();
 
-  // All processes, the router first. Null process pointers never occur.
+  // All processes, the routers first. Null process pointers never occur.
   std::vector<LocalProcess>& processes() { return processes_; }
 
   // The process named `name`, or nullptr.
   LocalProcess* Find(const std::string& name);
 
   // Starts process `name` again with its original flags, once its previous
-  // process has exited (killed or drained), and waits until the router lists
-  // it as SERVING. The router comes back on the same addresses, and the
-  // wait is for every running worker to register with it again.
+  // process has exited (killed or drained), and waits until every running
+  // router lists it as SERVING. A router comes back on the same addresses,
+  // and the wait is for every running worker to register with it again.
   // FAILED_PRECONDITION when the old one still runs a second after the
   // call (a process just killed gets that second to be reaped).
   absl::Status Restart(const std::string& name, absl::Duration timeout);
@@ -121,10 +144,10 @@ class LocalCluster {
                                         absl::Duration timeout);
 
   // Forgets a worker that has exited (scaled down). FAILED_PRECONDITION
-  // while it runs; the router cannot be removed.
+  // while it runs; routers cannot be removed.
   absl::Status Remove(const std::string& name);
 
-  // SIGTERM to workers (they drain and deregister), then the router; each
+  // SIGTERM to workers (they drain and deregister), then the routers; each
   // gets `grace` before SIGKILL. Errors list every process that did not
   // exit cleanly (code 0) or had already died.
   absl::Status Stop(absl::Duration grace);
@@ -142,15 +165,17 @@ class LocalCluster {
   // A worker's flags, as Start and AddWorker give them.
   std::vector<std::string> WorkerArgs(const std::string& name,
                                       const std::string& pool) const;
-  // Waits until the router lists every worker in `names` as SERVING.
+  // Waits until each router in `routers` (every running one when empty)
+  // lists every worker in `names` as SERVING.
   absl::Status AwaitServing(const std::vector<std::string>& names,
-                            absl::Time give_up);
+                            absl::Time give_up,
+                            std::vector<std::string> routers = {});
 
   LocalClusterOptions options_;
   rpc::ClusterCredential credential_;
+  // The routers first (routers_.size() of them), then the workers.
   std::vector<LocalProcess> processes_;
-  std::string control_address_;
-  std::string http_url_;
+  std::vector<LocalRouter> routers_;
   std::string prefill_bin_;
   std::string decode_bin_;
   // By pool: the highest worker index used so far.

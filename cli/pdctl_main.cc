@@ -1,6 +1,7 @@
 // pdctl: the operator CLI.
 //
-//   pdctl up       [--prefill=N --decode=N --colocated=N --model=FILE ...]
+//   pdctl up       [--routers=N --prefill=N --decode=N --colocated=N
+//                  --model=FILE ...]
 //                  starts a local cluster in the background, waits until
 //                  every process is healthy and registered, prints the
 //                  endpoints and returns (--foreground: stay until Ctrl-C)
@@ -45,7 +46,8 @@
 //                  (cli/profile.h)
 //
 // --router is the router's control address (membership and admin API;
-// loopback by default); --grpc its client address.
+// loopback by default; unset with a local cluster up: its first router that
+// answers); --grpc its client address.
 // --cluster_token_file (else $PDSERVE_CLUSTER_TOKEN_FILE, else the one the
 // running `pdctl up` cluster was started with) holds the token presented to
 // the admin API; `pdctl up --cluster_token_file=F` starts every process
@@ -70,10 +72,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -97,6 +101,10 @@ ABSL_FLAG(std::string, router, "127.0.0.1:50051",
           "the router's control address (admin API)");
 ABSL_FLAG(std::string, grpc, "127.0.0.1:50050",
           "generate: the router's client gRPC address");
+ABSL_FLAG(int32_t, routers, 1,
+          "up: number of routers (each serves every worker; the first on "
+          "--router_listen/--http_listen/--control_listen, the others on "
+          "free ports listed by pdctl up)");
 ABSL_FLAG(int32_t, prefill, 1, "up: number of prefill workers");
 ABSL_FLAG(int32_t, decode, 1, "up: number of decode workers");
 ABSL_FLAG(int32_t, colocated, 0,
@@ -247,6 +255,27 @@ bool Running(pid_t pid) {
          line[close + 2] != 'Z' && line[close + 2] != 'X';
 }
 
+// --router when set to other than its default; else, with a local cluster
+// up, its first router that answers (another may have died), else the
+// default.
+std::string RouterControl() {
+  const std::string flag = absl::GetFlag(FLAGS_router);
+  const absl::CommandLineFlag* router = absl::FindCommandLineFlag("router");
+  if ((router != nullptr && router->CurrentValue() != router->DefaultValue()) ||
+      !LiveSupervisor().has_value()) {
+    return flag;
+  }
+  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+  if (!state.ok()) return flag;
+  const std::string live =
+      FirstLiveRouterControl(*state, [](const std::string& control) {
+        absl::StatusOr<rpc::HealthStatus> health =
+            rpc::CheckHealth(control, "", absl::Milliseconds(500));
+        return health.ok() && *health == rpc::HealthStatus::kServing;
+      });
+  return live.empty() ? flag : live;
+}
+
 int Fail(const absl::Status& status) {
   std::cerr << "pdctl: " << status << "\n";
   return 1;
@@ -269,7 +298,7 @@ absl::StatusOr<rpc::ClusterCredential> Credential() {
 }
 
 int Status() {
-  const std::string router = absl::GetFlag(FLAGS_router);
+  const std::string router = RouterControl();
   absl::StatusOr<rpc::ClusterCredential> credential = Credential();
   if (!credential.ok()) return Fail(credential.status());
   // The local processes first when the router does not answer: it may be
@@ -321,7 +350,7 @@ int Top() {
   const absl::Duration timeout =
       std::clamp(interval, absl::Milliseconds(250), absl::Seconds(2));
   TopFrameInput input;
-  input.router_control = absl::GetFlag(FLAGS_router);
+  input.router_control = RouterControl();
   input.router_http = absl::GetFlag(FLAGS_router_http);
   if (input.router_http.empty()) {
     input.router_http = LocalClusterHttp().value_or("127.0.0.1:8000");
@@ -368,7 +397,7 @@ int Drain(const std::vector<char*>& args) {
   absl::StatusOr<rpc::ClusterCredential> credential = Credential();
   if (!credential.ok()) return Fail(credential.status());
   absl::StatusOr<v1::DrainWorkerResponse> drained =
-      DrainWorker(absl::GetFlag(FLAGS_router), args[2],
+      DrainWorker(RouterControl(), args[2],
                   absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms)),
                   kRpcTimeout, *credential);
   if (!drained.ok()) return Fail(drained.status());
@@ -421,7 +450,7 @@ int Scale(const std::vector<char*>& args) {
 }
 
 int Policy(const std::vector<char*>& args) {
-  const std::string router = absl::GetFlag(FLAGS_router);
+  const std::string router = RouterControl();
   absl::StatusOr<rpc::ClusterCredential> credential = Credential();
   if (!credential.ok()) return Fail(credential.status());
   absl::StatusOr<v1::GetRoutingPolicyResponse> current =
@@ -544,6 +573,12 @@ void WriteStateFile(LocalCluster& cluster, const Supervisor& supervisor) {
   state.http = absl::StrCat(cluster.http_url(), "/v1");
   state.control = cluster.control_address();
   state.cluster_token_file = cluster.cluster_token_file();
+  for (const LocalRouter& r : cluster.routers()) {
+    state.routers.push_back({.name = r.name,
+                             .grpc = r.address,
+                             .http = absl::StrCat(r.http_url, "/v1"),
+                             .control = r.control_address});
+  }
   for (const SupervisedProcess& s : supervisor.processes()) {
     const LocalProcess* p = cluster.Find(s.name);
     state.processes.push_back({.name = p->name,
@@ -622,6 +657,7 @@ int Up() {
   options.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty()
                         ? absl::StrCat(ExecutableDir(), "/..")
                         : absl::GetFlag(FLAGS_bin_dir);
+  options.num_routers = absl::GetFlag(FLAGS_routers);
   options.num_prefill = absl::GetFlag(FLAGS_prefill);
   options.num_decode = absl::GetFlag(FLAGS_decode);
   options.num_colocated = absl::GetFlag(FLAGS_colocated);
@@ -661,8 +697,9 @@ int Up() {
   // Scale requests nobody took, and results nobody read, are stale.
   std::remove(ScaleRequestPath(options.work_dir).c_str());
   std::remove(ScaleResultPath(options.work_dir).c_str());
-  std::cout << "starting router, " << options.num_prefill << " prefill, "
-            << options.num_decode << " decode and " << options.num_colocated
+  std::cout << "starting " << options.num_routers << " router(s), "
+            << options.num_prefill << " prefill, " << options.num_decode
+            << " decode and " << options.num_colocated
             << " colocated workers (logs in " << options.work_dir << ")"
             << std::endl;
   if (absl::GetFlag(FLAGS_foreground)) return Supervise(options);
@@ -824,12 +861,17 @@ int Down() {
 // pdctl plan: the planner process (autoscaler/planner_process.h) on this
 // pdctl's router and local cluster.
 int Plan() {
+  // Every router's /metrics: each counts only the requests it served.
   std::string router_http = absl::GetFlag(FLAGS_router_http);
-  if (router_http.empty()) {
-    router_http = LocalClusterHttp().value_or("127.0.0.1:8000");
+  if (router_http.empty() && LiveSupervisor().has_value()) {
+    if (absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+        state.ok() && !state->http.empty()) {
+      router_http = absl::StrJoin(state->RouterHttpAddresses(), ",");
+    }
   }
+  if (router_http.empty()) router_http = "127.0.0.1:8000";
   return autoscaler::RunPlannerProcess(
-      {.router_control = absl::GetFlag(FLAGS_router),
+      {.router_control = RouterControl(),
        .router_http = router_http,
        .scaler = "local",
        .local = {.work_dir = WorkDir(),

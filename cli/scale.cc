@@ -211,7 +211,7 @@ absl::StatusOr<std::string> ScaleLocalCluster(
 
   // Scale down: pick, drain, wait for the exits.
   absl::StatusOr<v1::ListWorkersResponse> listed =
-      ListWorkers(cluster.control_address(), v1::WORKER_ROLE_UNSPECIFIED,
+      ListWorkers(cluster.live_control_address(), v1::WORKER_ROLE_UNSPECIFIED,
                   kRpcTimeout, cluster.credential());
   std::vector<ScaleCandidate> candidates;
   for (const std::string& name : members) {
@@ -237,8 +237,8 @@ absl::StatusOr<std::string> ScaleLocalCluster(
     LocalProcess* p = cluster.Find(name);
     if (!p->process->running()) continue;
     absl::StatusOr<v1::DrainWorkerResponse> drained =
-        DrainWorker(cluster.control_address(), name, request.drain_deadline,
-                    kRpcTimeout, cluster.credential());
+        DrainWorker(cluster.live_control_address(), name,
+                    request.drain_deadline, kRpcTimeout, cluster.credential());
     if (drained.ok()) continue;
     // The router did not take the command: the worker drains on SIGTERM
     // within its own --drain_timeout_ms.

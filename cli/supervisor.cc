@@ -83,7 +83,7 @@ bool Supervisor::Poll(absl::Time now, absl::Duration restart_timeout) {
         changed = true;
         const absl::StatusOr<int> status =
             process->process->Wait(absl::ZeroDuration());
-        const bool router = process == &cluster_.processes().front();
+        const bool router = cluster_.IsRouter(record.name);
         if (status.ok() && *status == 0 && !router) {
           record.state = SupervisedState::kLeft;
           record.last_exit = DescribeWaitStatus(*status);

@@ -65,6 +65,7 @@ grpc::ServerUnaryReactor* MembershipService::Heartbeat(
   report.load = request->load();
   report.inflight_requests = request->inflight_requests();
   report.events.assign(request->events().begin(), request->events().end());
+  report.events_reset = request->events_reset();
   absl::StatusOr<HeartbeatReply> reply =
       registry_->Heartbeat(request->lease_id(), report, absl::Now());
   if (!reply.ok()) return Finish(context, reply.status());

@@ -87,6 +87,7 @@ absl::StatusOr<HeartbeatReply> WorkerRegistry::Heartbeat(
   record.load = report.load;
   record.inflight_requests = report.inflight_requests;
   absl::flat_hash_set<uint64_t>& keys = prefix_keys_[lease->second];
+  if (report.events_reset) keys.clear();
   for (const v1::PrefixCacheEvent& event : report.events) {
     switch (event.kind()) {
       case v1::PrefixCacheEvent::KIND_STORED:

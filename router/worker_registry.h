@@ -75,6 +75,10 @@ struct HeartbeatReport {
   uint32_t inflight_requests = 0;
   // Prefix-cache changes since the previous heartbeat, in order.
   std::vector<v1::PrefixCacheEvent> events;
+  // The worker's index here is replaced: events start with a snapshot of
+  // its whole cache (sent after each registration with this router, and
+  // when its queue for this router overflowed; worker/prefix_cache_feed.h).
+  bool events_reset = false;
 };
 struct HeartbeatReply {
   // When set, the worker must stop taking new work and finish in-flight work

@@ -273,5 +273,34 @@ TEST(WorkerRegistryTest, PrefixIndexFollowsHeartbeatEvents) {
   EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", prompt), 0);
 }
 
+TEST(WorkerRegistryTest, EventsResetReplacesTheWorkersIndex) {
+  auto registry = MakeRegistry();
+  auto lease =
+      *registry->Register(Worker("prefill-0", v1::WORKER_ROLE_PREFILL), kStart);
+  auto stored = [](std::vector<uint64_t> keys) {
+    v1::PrefixCacheEvent e;
+    e.set_kind(v1::PrefixCacheEvent::KIND_STORED);
+    for (uint64_t k : keys) e.add_block_hashes(k);
+    return e;
+  };
+  HeartbeatReport report;
+  report.events = {stored({11, 12, 13})};
+  ASSERT_TRUE(registry->Heartbeat(lease.lease_id, report, kStart).ok());
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", {11, 12, 13}), 3);
+  // A snapshot (the worker's queue for this router overflowed): what it
+  // does not list is gone, though no REMOVED event said so.
+  report.events = {stored({21, 22})};
+  report.events_reset = true;
+  ASSERT_TRUE(registry->Heartbeat(lease.lease_id, report, kStart).ok());
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", {11, 12, 13}), 0);
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", {21, 22}), 2);
+  // Without the flag, events add to the index.
+  report.events = {stored({11})};
+  report.events_reset = false;
+  ASSERT_TRUE(registry->Heartbeat(lease.lease_id, report, kStart).ok());
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", {21, 22}), 2);
+  EXPECT_EQ(registry->CachedPrefixBlocks("prefill-0", {11}), 1);
+}
+
 }  // namespace
 }  // namespace pdserve::router

@@ -36,9 +36,18 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Start(
 MembershipClient::MembershipClient(MembershipClientOptions options)
     : options_(std::move(options)),
       stub_(v1::Membership::NewStub(rpc::NewControlPlaneChannel(
-          options_.router_address, options_.credential))) {}
+          options_.router_address, options_.credential))) {
+  if (options_.prefix_cache_feed != nullptr) {
+    options_.prefix_cache_feed->Subscribe(options_.router_address);
+  }
+}
 
-MembershipClient::~MembershipClient() { Stop("shutdown"); }
+MembershipClient::~MembershipClient() {
+  Stop("shutdown");
+  if (options_.prefix_cache_feed != nullptr) {
+    options_.prefix_cache_feed->Unsubscribe(options_.router_address);
+  }
+}
 
 bool MembershipClient::registered() {
   absl::MutexLock lock(&mutex_);
@@ -125,6 +134,11 @@ bool MembershipClient::TryRegister() {
   PD_LOG(INFO) << "registered with router " << options_.router_address
                << " (lease " << response.lease_id() << ", "
                << response.lease_duration_ms() << " ms)";
+  // The router's index of this worker starts empty: the next heartbeat
+  // carries a snapshot of the whole cache.
+  if (options_.prefix_cache_feed != nullptr) {
+    options_.prefix_cache_feed->RequestReset(options_.router_address);
+  }
   absl::MutexLock lock(&mutex_);
   lease_id_ = response.lease_id();
   heartbeat_interval_ = absl::Milliseconds(
@@ -143,19 +157,15 @@ void MembershipClient::SendHeartbeat() {
   request.set_state(report.state);
   *request.mutable_load() = report.load;
   request.set_inflight_requests(report.inflight_requests);
-  // Bounded: a router unreachable for long gets a reset instead of an
-  // ever-growing backlog (it then under-estimates this worker's cache,
-  // which costs routing quality, never correctness).
-  constexpr size_t kMaxUnsentEvents = 1 << 16;
-  unsent_events_.insert(unsent_events_.end(), report.events.begin(),
-                        report.events.end());
-  if (unsent_events_.size() > kMaxUnsentEvents) {
-    unsent_events_.clear();
-    v1::PrefixCacheEvent cleared;
-    cleared.set_kind(v1::PrefixCacheEvent::KIND_CLEARED);
-    unsent_events_.push_back(cleared);
+  // Kept by the feed until this heartbeat succeeds, so a lost heartbeat
+  // loses nothing; a router unreachable for long gets a snapshot instead
+  // of an ever-growing backlog.
+  PrefixCacheBatch events;
+  if (options_.prefix_cache_feed != nullptr) {
+    events = options_.prefix_cache_feed->Take(options_.router_address);
   }
-  for (const v1::PrefixCacheEvent& e : unsent_events_) {
+  request.set_events_reset(events.events_reset);
+  for (const v1::PrefixCacheEvent& e : events.events) {
     *request.add_events() = e;
   }
   grpc::ClientContext context;
@@ -172,7 +182,9 @@ void MembershipClient::SendHeartbeat() {
     PD_LOG(WARNING) << "heartbeat failed: " << rpc::FromGrpcStatus(status);
     return;
   }
-  unsent_events_.clear();
+  if (options_.prefix_cache_feed != nullptr) {
+    options_.prefix_cache_feed->Delivered(options_.router_address, events);
+  }
   for (const v1::WorkerCommand& command : response.commands()) {
     if (command.kind() == v1::WorkerCommand::KIND_DRAIN) {
       options_.on_drain(absl::Milliseconds(command.drain_deadline_ms()));

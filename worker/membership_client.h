@@ -1,5 +1,6 @@
 // MembershipClient: a worker's side of router membership.
 //
+// One session with one router (router_membership.h runs one per router).
 // Runs one background thread that registers the worker with the router
 // (retrying with backoff while the router is unreachable), heartbeats at the
 // interval the router asks for with the worker's current state and load,
@@ -23,8 +24,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/channel.h"
 #include "proto/membership.grpc.pb.h"
 #include "rpc/cluster_credential.h"
+#include "worker/prefix_cache_feed.h"
 
 namespace pdserve::worker {
 
@@ -33,10 +36,6 @@ struct WorkerStatusReport {
   v1::WorkerState state = v1::WORKER_STATE_SERVING;
   v1::WorkerLoad load;
   uint32_t inflight_requests = 0;
-  // Prefix-cache events since the previous report. The client keeps them
-  // until a heartbeat carrying them succeeds, so a lost heartbeat loses
-  // nothing.
-  std::vector<v1::PrefixCacheEvent> events;
 };
 
 struct MembershipClientOptions {
@@ -50,6 +49,11 @@ struct MembershipClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(2);
   // Presented on every call (membership is the control plane).
   rpc::ClusterCredential credential;
+  // Where the heartbeats' prefix-cache events come from; the client
+  // subscribes under router_address, asks for a snapshot on every
+  // (re-)registration and acknowledges what a heartbeat delivered. Null:
+  // no events. Not owned; must outlive the client.
+  PrefixCacheFeed* prefix_cache_feed = nullptr;
 };
 
 class MembershipClient {
@@ -79,8 +83,6 @@ class MembershipClient {
   std::string lease_id_ ABSL_GUARDED_BY(mutex_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mutex_) =
       absl::Milliseconds(500);
-  // Events not yet delivered (only the membership thread touches them).
-  std::vector<v1::PrefixCacheEvent> unsent_events_;
   std::thread thread_;
 };
 

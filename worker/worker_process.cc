@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +18,9 @@
 #include "proto/enum_names.h"
 #include "rpc/server.h"
 #include "worker/membership_client.h"
+#include "worker/prefix_cache_feed.h"
+#include "worker/router_membership.h"
+#include "worker/router_targets.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port for the worker's gRPC server (port 0 picks a free port)");
@@ -24,7 +28,14 @@ ABSL_FLAG(std::string, advertise_address, "",
           "host:port the router and peers should dial (default: the bound "
           "address; set it to the pod or host IP when listening on 0.0.0.0)");
 ABSL_FLAG(std::string, router, "127.0.0.1:50050",
-          "router address to register with; empty runs standalone");
+          "the routers' control addresses to register with: host:port, a "
+          "comma-separated list of them, or dns:///NAME:PORT (every address "
+          "NAME resolves to, resolved again every "
+          "--router_resolve_interval_ms; a Kubernetes headless Service); "
+          "empty runs standalone");
+ABSL_FLAG(int32_t, router_resolve_interval_ms, 5000,
+          "with --router=dns:///NAME:PORT, how often NAME is resolved again "
+          "(new routers get a registration, vanished ones are left)");
 ABSL_FLAG(std::string, worker_id, "",
           "stable worker name (default: ROLE-HOST-PID)");
 ABSL_FLAG(std::string, port_file, "",
@@ -133,10 +144,25 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
     drain.Begin(deadline);
     if (options.on_drain) options.on_drain();
   };
-  std::unique_ptr<MembershipClient> membership;
-  if (const std::string router = absl::GetFlag(FLAGS_router); !router.empty()) {
-    MembershipClientOptions membership_options;
-    membership_options.router_address = router;
+  absl::StatusOr<RouterTargets> targets =
+      ParseRouterTargets(absl::GetFlag(FLAGS_router));
+  if (!targets.ok()) {
+    PD_LOG(ERROR) << targets.status();
+    return 2;
+  }
+  // Every router gets every prefix-cache event (one queue each).
+  PrefixCacheFeed prefix_cache_feed([&options] {
+    return options.take_events ? options.take_events()
+                               : std::vector<v1::PrefixCacheEvent>();
+  });
+  std::unique_ptr<RouterMembership> membership;
+  if (targets->is_dns() || !targets->addresses.empty()) {
+    RouterMembershipOptions router_options;
+    router_options.targets = *std::move(targets);
+    router_options.prefix_cache_feed = &prefix_cache_feed;
+    router_options.resolve_interval = absl::Milliseconds(
+        std::max(100, absl::GetFlag(FLAGS_router_resolve_interval_ms)));
+    MembershipClientOptions& membership_options = router_options.session;
     membership_options.credential = options.credential;
     v1::RegisterRequest& registration = membership_options.registration;
     registration.set_worker_id(worker_id);
@@ -157,7 +183,6 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
                                       : v1::WORKER_STATE_SERVING;
       report.inflight_requests = options.inflight_requests();
       if (options.load) report.load = options.load();
-      if (options.take_events) report.events = options.take_events();
       return report;
     };
     membership_options.on_drain = [&](absl::Duration deadline) {
@@ -165,8 +190,8 @@ int RunWorkerProcess(const WorkerProcessOptions& options) {
                    << absl::FormatDuration(deadline);
       begin_drain(deadline);
     };
-    absl::StatusOr<std::unique_ptr<MembershipClient>> client =
-        MembershipClient::Start(std::move(membership_options));
+    absl::StatusOr<std::unique_ptr<RouterMembership>> client =
+        RouterMembership::Start(std::move(router_options));
     if (!client.ok()) {
       PD_LOG(ERROR) << client.status();
       return 2;

@@ -19,7 +19,9 @@
 // most a pause. Set --drain_timeout_ms below the grace period the
 // supervisor gives before SIGKILL, leaving it time for the hand-back.
 //
-// Flags (all workers): --listen, --advertise_address, --router, --worker_id,
+// Flags (all workers): --listen, --advertise_address, --router (one
+// router, a list, or dns:///NAME:PORT; the worker registers with every one,
+// router_membership.h), --router_resolve_interval_ms, --worker_id,
 // --port_file, --drain_timeout_ms, --metrics_listen (Prometheus GET
 // /metrics over plain HTTP, on by default; its address is registered with
 // the router and written to the port file after the gRPC port). The
