@@ -26,8 +26,10 @@
 ABSL_FLAG(std::string, router, "127.0.0.1:50051",
           "the router's control address (Admin API: the worker list)");
 ABSL_FLAG(std::string, router_http, "127.0.0.1:8000",
-          "the routers' HTTP addresses (GET /metrics), comma-separated: "
-          "every router, since each counts only the requests it served");
+          "the routers' HTTP addresses (GET /metrics): comma-separated, or "
+          "dns:///NAME:PORT resolved every interval to every router (a "
+          "headless Service); every router, since each counts only the "
+          "requests it served");
 ABSL_FLAG(std::string, scaler, "publish",
           "how decisions are carried out: local (a pdctl up cluster, "
           "--work_dir) or publish (only export "

@@ -7,13 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "autoscaler/cluster_observation.h"
 #include "cli/admin_client.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "metrics/scrape_client.h"
+#include "worker/router_targets.h"
 
 namespace pdserve::autoscaler {
 namespace {
@@ -21,17 +21,28 @@ namespace {
 const char* const kPools[] = {"prefill", "decode"};
 
 // Each router's /metrics that could be read (by address); `unread` gets the
-// others' errors.
+// others' errors. `routers` is a list or dns:///NAME:PORT (worker/
+// router_targets.h, the form workers take for --router), resolved on every
+// call so routers that come and go are followed.
 std::map<std::string, metrics::ParsedMetrics> ScrapeRouters(
-    const std::string& addresses, absl::Duration timeout,
+    const std::string& routers, absl::Duration timeout,
     std::vector<std::string>* unread) {
   std::map<std::string, metrics::ParsedMetrics> read;
-  for (absl::string_view address :
-       absl::StrSplit(addresses, ',', absl::SkipWhitespace())) {
+  absl::StatusOr<std::vector<std::string>> addresses =
+      [&]() -> absl::StatusOr<std::vector<std::string>> {
+    PD_ASSIGN_OR_RETURN(worker::RouterTargets targets,
+                        worker::ParseRouterTargets(routers));
+    return worker::ResolveRouterTargets(targets);
+  }();
+  if (!addresses.ok()) {
+    unread->push_back(addresses.status().ToString());
+    return read;
+  }
+  for (const std::string& address : *addresses) {
     absl::StatusOr<metrics::ParsedMetrics> scraped =
-        metrics::ScrapeMetrics(std::string(address), timeout);
+        metrics::ScrapeMetrics(address, timeout);
     if (scraped.ok()) {
-      read[std::string(address)] = *std::move(scraped);
+      read[address] = *std::move(scraped);
     } else {
       unread->push_back(scraped.status().ToString());
     }

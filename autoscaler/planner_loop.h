@@ -50,7 +50,8 @@ struct PlannerLoopOptions {
   std::string router_control;  // host:port of the Admin API (ListWorkers)
   rpc::ClusterCredential credential;  // presented to it
   // host:port serving a router's /metrics; with several routers, all of
-  // them, comma-separated: each counts only the requests it served.
+  // them, comma-separated, or dns:///NAME:PORT resolving to every one
+  // (a headless Service): each counts only the requests it served.
   std::string router_http;
   absl::Duration interval = absl::Seconds(30);
   absl::Duration rpc_timeout = absl::Seconds(5);

@@ -362,7 +362,8 @@ TEST_F(PlannerClosedLoopTest, ScalesBothPoolsUpWithTheLoadAndBackDown) {
 // worker per pool):
 //   - `pdctl plan --once` prints one advisory decision and changes nothing;
 //     a router it cannot read is a clear error, exit 1;
-//   - pd-planner exports its decision (pdserve_planner_desired_replicas);
+//   - pd-planner, reading the router through the dns:/// form, exports its
+//     decision (pdserve_planner_desired_replicas);
 //   - an operator's `pdctl scale` is held, not fought: the idle cluster
 //     would be sized back to one decode worker, but the planner keeps the
 //     operator's two (pdserve_planner_manual_hold) for --manual_hold_s.
@@ -393,19 +394,19 @@ TEST_F(PlannerClosedLoopTest, AdvisesPublishesAndHoldsAnOperatorsChange) {
   const std::string decisions = absl::StrCat(work_dir_, "/decisions.jsonl");
   const std::string port_file = absl::StrCat(work_dir_, "/planner.port");
   SubprocessOptions options;
-  options.argv = {absl::StrCat(testing::BinDir(), "/autoscaler/pd-planner"),
-                  "--scaler=local",
-                  absl::StrCat("--work_dir=", work_dir_),
-                  absl::StrCat("--router=", control_),
-                  absl::StrCat("--router_http=", http_),
-                  absl::StrCat("--profile=", profile),
-                  "--interval_s=1",
-                  "--scale_down_window_s=0",
-                  "--manual_hold_s=600",
-                  "--drain_deadline_ms=2000",
-                  absl::StrCat("--decision_log=", decisions),
-                  "--metrics_listen=127.0.0.1:0",
-                  absl::StrCat("--port_file=", port_file)};
+  options.argv = {
+      absl::StrCat(testing::BinDir(), "/autoscaler/pd-planner"),
+      "--scaler=local", absl::StrCat("--work_dir=", work_dir_),
+      absl::StrCat("--router=", control_),
+      // The DNS form a Kubernetes headless Service takes (one
+      // router here; localhost may also resolve to ::1, where
+      // nothing listens, which is left out with a warning).
+      absl::StrCat("--router_http=dns:///localhost:",
+                   http_.substr(http_.rfind(':') + 1)),
+      absl::StrCat("--profile=", profile), "--interval_s=1",
+      "--scale_down_window_s=0", "--manual_hold_s=600",
+      "--drain_deadline_ms=2000", absl::StrCat("--decision_log=", decisions),
+      "--metrics_listen=127.0.0.1:0", absl::StrCat("--port_file=", port_file)};
   options.log_path = absl::StrCat(work_dir_, "/planner.log");
   absl::StatusOr<std::unique_ptr<Subprocess>> planner =
       Subprocess::Start(options);
