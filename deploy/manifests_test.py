@@ -322,9 +322,11 @@ class ManifestsTest(unittest.TestCase):
         for o in local:  # the patches by index hit the volumes meant
             volumes = {v["name"]: v for v in o["spec"]["template"]["spec"]["volumes"]}
             self.assertIn("hostPath", volumes["model"])
-            self.assertNotIn("cluster-token", volumes)
+            # podman cannot mount a Secret: the token from a host folder.
+            self.assertEqual(volumes["cluster-token"].get("hostPath", {}).get("path"),
+                             "/var/lib/pdserve/secrets")
             mounts = [m["name"] for m in o["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]]
-            self.assertEqual(sorted(mounts), ["flags", "model", "tmp"])
+            self.assertEqual(sorted(mounts), ["cluster-token", "flags", "model", "tmp"])
 
     def mutate(self, name, path, old, new, count=1):
         tree = self.copy_tree(self.source, self.tmp, name)

@@ -97,9 +97,15 @@ echo "pd-generate: $gen"
 log "rendering the local overlay"
 cp -rL "$here/k8s" "$work/k8s"
 kubectl kustomize "$work/k8s/overlays/local" >"$work/rendered.yaml"
-"$PDSERVE_PYTHON" - "$work/rendered.yaml" "$yaml" "$work/models" "$tag" <<'PY'
+# The control plane's token, as the Secret would hold it (readable by the
+# image's uid 10001).
+mkdir -p "$work/secrets"
+head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$work/secrets/token"
+chmod 0755 "$work/secrets"
+chmod 0444 "$work/secrets/token"
+"$PDSERVE_PYTHON" - "$work/rendered.yaml" "$yaml" "$work/models" "$tag" "$work/secrets" <<'PY'
 import sys, yaml
-src, dst, models, tag = sys.argv[1:]
+src, dst, models, tag, secrets = sys.argv[1:]
 docs = [d for d in yaml.safe_load_all(open(src)) if d]
 for d in docs:
     if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "pdserve-flags":
@@ -114,6 +120,8 @@ for d in docs:
         for v in spec["volumes"]:
             if v["name"] == "model":
                 v["hostPath"]["path"] = models
+            if v["name"] == "cluster-token":
+                v["hostPath"]["path"] = secrets
 yaml.safe_dump_all(docs, open(dst, "w"))
 PY
 
@@ -123,6 +131,18 @@ timeout 120 podman kube play "$yaml" >/dev/null
 first=$(timeout 150 "$PDSERVE_PYTHON" "$here/podman_stream_client.py" first \
   --base_url "$base_url" --since "$since" --deadline 120)
 echo "first answer: $first"
+
+# Every pod presents the token (the workers registered, so the router took
+# theirs); a caller without it is refused and changes nothing.
+pdctl=${binaries[4]}
+[[ $pdctl == */pdctl ]] || { echo "FAIL: binaries[4] is not pdctl: $pdctl"; exit 1; }
+if refused=$(env -u PDSERVE_CLUSTER_TOKEN_FILE "$pdctl" status --router=127.0.0.1:18051 2>&1); then
+  echo "FAIL: pdctl status without the token was answered: $refused"; exit 1
+fi
+grep -q UNAUTHENTICATED <<<"$refused" || { echo "FAIL: expected UNAUTHENTICATED: $refused"; exit 1; }
+"$pdctl" status --router=127.0.0.1:18051 --cluster_token_file="$work/secrets/token" >/dev/null ||
+  { echo "FAIL: pdctl status with the token failed"; exit 1; }
+echo "control plane: without the token UNAUTHENTICATED, with it answered"
 
 log "waiting for both decode workers to register"
 for i in $(seq 1 120); do
