@@ -157,6 +157,12 @@ class PlannerClosedLoopTest : public testing::PdctlClusterTest {
 };
 
 TEST_F(PlannerClosedLoopTest, ScalesBothPoolsUpWithTheLoadAndBackDown) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Three minutes of a control loop over sleeping workers, on the
+  // processes the sanitizer pass already runs in scale_test, two_routers
+  // and the second test here; the default pass runs it.
+  GTEST_SKIP() << "closed loop runs in the default pass, not under ASan";
+#endif
   const std::string model_path = testing::TinyModelPath();
   int32_t vocab = 0;
   {
