@@ -449,6 +449,23 @@ int Scale(const std::vector<char*>& args) {
   return 0;
 }
 
+// The routers a policy change goes to: --router's alone when given or with
+// no local cluster up; else every router of the local cluster.
+std::vector<std::string> PolicyRouters(const std::string& router) {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag("router");
+  if ((flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) ||
+      !LiveSupervisor().has_value()) {
+    return {router};
+  }
+  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+  if (!state.ok() || state->routers.empty()) return {router};
+  std::vector<std::string> controls;
+  for (const ClusterStateRouter& r : state->routers) {
+    controls.push_back(r.control);
+  }
+  return controls;
+}
+
 int Policy(const std::vector<char*>& args) {
   const std::string router = RouterControl();
   absl::StatusOr<rpc::ClusterCredential> credential = Credential();
@@ -480,10 +497,19 @@ int Policy(const std::vector<char*>& args) {
     change = true;
   }
   if (change) {
-    absl::StatusOr<v1::SetRoutingPolicyResponse> set =
-        SetRoutingPolicy(router, config, kRpcTimeout, *credential);
-    if (!set.ok()) return Fail(set.status());
-    config = set->current();
+    // Every router routes by its own policy: a change goes to each.
+    std::vector<std::string> failed;
+    for (const std::string& control : PolicyRouters(router)) {
+      absl::StatusOr<v1::SetRoutingPolicyResponse> set =
+          SetRoutingPolicy(control, config, kRpcTimeout, *credential);
+      if (set.ok() && control == router) config = set->current();
+      if (!set.ok()) failed.push_back(set.status().ToString());
+    }
+    if (!failed.empty()) {
+      std::cerr << "pdctl: the policy was not set on every router: "
+                << absl::StrJoin(failed, "; ") << "\n";
+      return 1;
+    }
   }
   std::cout << "routing " << v1::RoutingPolicy_Name(config.policy())
             << ", local prefill up to "

@@ -223,8 +223,9 @@ TEST_F(TwoRoutersTest, EitherRouterServesAndOneDyingLosesOnlyItsOwn) {
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
-// pdctl up --routers=2: the state file lists both routers, and pdctl status
-// (no --router) answers through the first one that is alive.
+// pdctl up --routers=2: the state file lists both routers, pdctl policy
+// changes both, and pdctl status (no --router) answers through the first
+// one that is alive.
 class PdctlTwoRoutersTest : public testing::PdctlClusterTest {};
 
 TEST_F(PdctlTwoRoutersTest, StatusUsesTheFirstLiveRouter) {
@@ -247,6 +248,16 @@ TEST_F(PdctlTwoRoutersTest, StatusUsesTheFirstLiveRouter) {
   std::string output;
   EXPECT_EQ(Pdctl({"status"}, &output), 0) << output;
   EXPECT_NE(output.find("router " + control_), std::string::npos) << output;
+
+  // A policy change reaches every router, not only the one pdctl asked.
+  EXPECT_EQ(Pdctl({"policy", "round_robin"}, &output), 0) << output;
+  for (const std::string& control : {control_, second}) {
+    absl::StatusOr<v1::GetRoutingPolicyResponse> policy =
+        cli::GetRoutingPolicy(control, absl::Seconds(5));
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    EXPECT_EQ(policy->config().policy(), v1::ROUTING_POLICY_ROUND_ROBIN)
+        << control;
+  }
 
   ASSERT_EQ(::kill(processes.at("router").pid, SIGKILL), 0);
   absl::SleepFor(absl::Milliseconds(500));
