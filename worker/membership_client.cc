@@ -77,7 +77,8 @@ void MembershipClient::Stop(const std::string& reason) {
   v1::DeregisterResponse response;
   const grpc::Status status = stub_->Deregister(&context, request, &response);
   if (!status.ok()) {
-    PD_LOG(WARNING) << "deregister failed (the lease will expire instead): "
+    PD_LOG(WARNING) << "deregister from router " << options_.router_address
+                    << " failed (the lease will expire instead): "
                     << rpc::FromGrpcStatus(status);
   }
 }
@@ -126,8 +127,8 @@ bool MembershipClient::TryRegister() {
   if (!status.ok()) {
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
         status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      PD_LOG(ERROR) << "router refused registration: "
-                    << rpc::FromGrpcStatus(status);
+      PD_LOG(ERROR) << "router " << options_.router_address
+                    << " refused registration: " << rpc::FromGrpcStatus(status);
     }
     return false;
   }
@@ -173,13 +174,15 @@ void MembershipClient::SendHeartbeat() {
   v1::HeartbeatResponse response;
   const grpc::Status status = stub_->Heartbeat(&context, request, &response);
   if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-    PD_LOG(WARNING) << "router forgot our lease; registering again";
+    PD_LOG(WARNING) << "router " << options_.router_address
+                    << " forgot our lease; registering again";
     absl::MutexLock lock(&mutex_);
     lease_id_.clear();
     return;
   }
   if (!status.ok()) {
-    PD_LOG(WARNING) << "heartbeat failed: " << rpc::FromGrpcStatus(status);
+    PD_LOG(WARNING) << "heartbeat to router " << options_.router_address
+                    << " failed: " << rpc::FromGrpcStatus(status);
     return;
   }
   if (options_.prefix_cache_feed != nullptr) {
