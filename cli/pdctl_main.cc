@@ -255,18 +255,26 @@ bool Running(pid_t pid) {
          line[close + 2] != 'Z' && line[close + 2] != 'X';
 }
 
+// The running local cluster's state, unless --router names a router
+// (then pdctl talks to that one alone) or no `pdctl up` cluster runs.
+std::optional<ClusterState> LocalClusterUnlessRouterGiven() {
+  const absl::CommandLineFlag* router = absl::FindCommandLineFlag("router");
+  if ((router != nullptr && router->CurrentValue() != router->DefaultValue()) ||
+      !LiveSupervisor().has_value()) {
+    return std::nullopt;
+  }
+  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
+  if (!state.ok()) return std::nullopt;
+  return *std::move(state);
+}
+
 // --router when set to other than its default; else, with a local cluster
 // up, its first router that answers (another may have died), else the
 // default.
 std::string RouterControl() {
   const std::string flag = absl::GetFlag(FLAGS_router);
-  const absl::CommandLineFlag* router = absl::FindCommandLineFlag("router");
-  if ((router != nullptr && router->CurrentValue() != router->DefaultValue()) ||
-      !LiveSupervisor().has_value()) {
-    return flag;
-  }
-  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
-  if (!state.ok()) return flag;
+  const std::optional<ClusterState> state = LocalClusterUnlessRouterGiven();
+  if (!state.has_value()) return flag;
   const std::string live =
       FirstLiveRouterControl(*state, [](const std::string& control) {
         absl::StatusOr<rpc::HealthStatus> health =
@@ -452,13 +460,8 @@ int Scale(const std::vector<char*>& args) {
 // The routers a policy change goes to: --router's alone when given or with
 // no local cluster up; else every router of the local cluster.
 std::vector<std::string> PolicyRouters(const std::string& router) {
-  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag("router");
-  if ((flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) ||
-      !LiveSupervisor().has_value()) {
-    return {router};
-  }
-  absl::StatusOr<ClusterState> state = ReadClusterState(WorkDir());
-  if (!state.ok() || state->routers.empty()) return {router};
+  const std::optional<ClusterState> state = LocalClusterUnlessRouterGiven();
+  if (!state.has_value() || state->routers.empty()) return {router};
   std::vector<std::string> controls;
   for (const ClusterStateRouter& r : state->routers) {
     controls.push_back(r.control);

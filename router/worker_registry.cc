@@ -7,6 +7,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "proto/prefix_cache_events.h"
 
 namespace pdserve::router {
 
@@ -89,19 +90,7 @@ absl::StatusOr<HeartbeatReply> WorkerRegistry::Heartbeat(
   absl::flat_hash_set<uint64_t>& keys = prefix_keys_[lease->second];
   if (report.events_reset) keys.clear();
   for (const v1::PrefixCacheEvent& event : report.events) {
-    switch (event.kind()) {
-      case v1::PrefixCacheEvent::KIND_STORED:
-        keys.insert(event.block_hashes().begin(), event.block_hashes().end());
-        break;
-      case v1::PrefixCacheEvent::KIND_REMOVED:
-        for (uint64_t key : event.block_hashes()) keys.erase(key);
-        break;
-      case v1::PrefixCacheEvent::KIND_CLEARED:
-        keys.clear();
-        break;
-      default:
-        break;
-    }
+    ApplyPrefixCacheEvent(event, &keys);
   }
   record.last_heartbeat = now;
   record.lease_expiry = now + options_.lease_duration;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "proto/prefix_cache_events.h"
+
 namespace pdserve::worker {
 
 void PrefixCacheFeed::Subscribe(const std::string& router) {
@@ -27,20 +29,7 @@ void PrefixCacheFeed::PullLocked() {
   std::vector<v1::PrefixCacheEvent> events = source_();
   if (events.empty()) return;
   for (const v1::PrefixCacheEvent& event : events) {
-    switch (event.kind()) {
-      case v1::PrefixCacheEvent::KIND_STORED:
-        cached_.insert(event.block_hashes().begin(),
-                       event.block_hashes().end());
-        break;
-      case v1::PrefixCacheEvent::KIND_REMOVED:
-        for (uint64_t hash : event.block_hashes()) cached_.erase(hash);
-        break;
-      case v1::PrefixCacheEvent::KIND_CLEARED:
-        cached_.clear();
-        break;
-      default:
-        break;
-    }
+    ApplyPrefixCacheEvent(event, &cached_);
   }
   for (auto& [router, queue] : queues_) {
     // Queued even while a snapshot is due: one already cut but not yet
