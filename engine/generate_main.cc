@@ -28,6 +28,7 @@
 #include "engine/llm_engine.h"
 #include "model/default_model.h"
 #include "model/model.h"
+#include "worker/speculative_flags.h"
 
 ABSL_FLAG(std::string, model, "",
           "GGUF model file (default: the default model, see "
@@ -108,6 +109,14 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
+// " | ngram: 40/52 drafted tokens accepted" when speculating.
+std::string SpeculationSummary(const engine::EngineStats& stats) {
+  if (stats.spec_method.empty()) return "";
+  return absl::StrCat(" | ", stats.spec_method, ": ",
+                      stats.spec_accepted_tokens, "/",
+                      stats.spec_drafted_tokens, " drafted tokens accepted");
+}
+
 int Main() {
   std::string path = absl::GetFlag(FLAGS_model);
   if (path.empty()) path = model::DefaultModelPath();
@@ -171,6 +180,13 @@ int Main() {
   options.runner.kv_cache_bytes = int64_t{absl::GetFlag(FLAGS_kv_cache_mib)}
                                   << 20;
   options.runner.max_batch_tokens = absl::GetFlag(FLAGS_batch_tokens);
+  std::unique_ptr<model::Model> draft_model;  // outlives the engine
+  if (absl::Status spec = worker::SpeculativeOptionsFromFlags(
+          &options.speculative, &draft_model);
+      !spec.ok()) {
+    std::cerr << "pd-generate: " << spec.message() << "\n";
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<engine::LlmEngine>> created =
       engine::LlmEngine::Create(m, options);
   if (!created.ok()) {
@@ -264,11 +280,11 @@ int Main() {
     std::fprintf(stderr,
                  "\n[%s] load %.0f ms | prompt %zu tokens (%d cached) | "
                  "TTFT %.1f ms | %zu tokens, decode %.1f tokens/s | "
-                 "finish %s | %d threads | RSS %.1f MiB (peak %.1f MiB)\n",
+                 "finish %s | %d threads | RSS %.1f MiB (peak %.1f MiB)%s\n",
                  m.name().c_str(), absl::ToDoubleMilliseconds(load_time),
                  prompt.size(), cached, ttft_ms, generated.size(), decode_tps,
                  why, eng.runner().num_threads(), rss_kib / 1024.0,
-                 hwm_kib / 1024.0);
+                 hwm_kib / 1024.0, SpeculationSummary(eng.stats()).c_str());
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/draft_model_drafter.h"
 
 namespace pdserve::engine {
 
@@ -36,6 +37,41 @@ absl::StatusOr<std::unique_ptr<LlmEngine>> LlmEngine::Create(
   }
   std::unique_ptr<LlmEngine> e(new LlmEngine(model, options));
   PD_ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(model, options.runner));
+  const SpeculativeOptions& spec = options.speculative;
+  if (spec.method != SpeculativeOptions::Method::kNone &&
+      spec.num_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        "speculative decoding needs num_tokens > 0");
+  }
+  switch (spec.method) {
+    case SpeculativeOptions::Method::kNone:
+      break;
+    case SpeculativeOptions::Method::kNgram:
+      if (spec.ngram.min_ngram <= 0 ||
+          spec.ngram.max_ngram < spec.ngram.min_ngram) {
+        return absl::InvalidArgumentError(
+            "n-gram drafting needs 0 < min_ngram <= max_ngram");
+      }
+      e->drafter_ = std::make_unique<NgramDrafter>(spec.ngram);
+      break;
+    case SpeculativeOptions::Method::kDraftModel: {
+      if (spec.draft_model == nullptr) {
+        return absl::InvalidArgumentError(
+            "draft-model speculation needs a draft model");
+      }
+      ModelRunnerOptions draft_runner = options.runner;
+      draft_runner.num_blocks = 0;
+      draft_runner.kv_cache_bytes = spec.draft_kv_cache_bytes;
+      draft_runner.testing_pass_delay = absl::ZeroDuration();
+      draft_runner.testing_token_delay = absl::ZeroDuration();
+      PD_ASSIGN_OR_RETURN(
+          e->drafter_,
+          DraftModelDrafter::Create(*spec.draft_model, e->runner_->vocab_size(),
+                                    draft_runner));
+      break;
+    }
+  }
+  if (e->drafter_) e->stats_.spec_method = std::string(e->drafter_->method());
   const model::Tokenizer& tok = model.tokenizer();
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
     if (tok.IsEndOfGeneration(id)) e->eos_ids_.push_back(id);
@@ -77,6 +113,12 @@ absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
       r->stream,
       TokenStream::Create(stream_options, request.prompt, request.generated));
   r->logprobs = request.sampling.logprobs;
+  if (drafter_ && !request.sampling.disable_speculation) {
+    DraftLengthOptions length;
+    length.max_tokens = options_.speculative.num_tokens;
+    length.adaptive = options_.speculative.adaptive;
+    r->draft_length.emplace(length);
+  }
   r->prompt = std::move(request.prompt);
   r->on_output = std::move(request.on_output);
   r->arrival = absl::Now();
@@ -201,7 +243,7 @@ void LlmEngine::Finish(RequestId id, RequestFinish why, absl::Status error,
   if (it == requests_.end()) return;
   std::unique_ptr<Request> r = std::move(it->second);
   requests_.erase(it);
-  if (r->in_runner) runner_->Release(id);
+  if (r->in_runner) ReleaseFromRunner(*r);
   running_.erase(std::remove(running_.begin(), running_.end(), id),
                  running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id),
@@ -219,10 +261,17 @@ void LlmEngine::Finish(RequestId id, RequestFinish why, absl::Status error,
   --pending_;
 }
 
+void LlmEngine::ReleaseFromRunner(Request& r) {
+  runner_->Release(r.id);
+  if (drafter_) drafter_->Release(r.id);
+  r.in_runner = false;
+  r.draft.clear();
+  r.draft_probs.clear();
+}
+
 void LlmEngine::Preempt(RequestId id) {
   Request& r = *requests_[id];
-  runner_->Release(id);
-  r.in_runner = false;
+  ReleaseFromRunner(r);
   running_.erase(std::remove(running_.begin(), running_.end(), id),
                  running_.end());
   waiting_.push_front(id);
@@ -265,10 +314,19 @@ absl::Status LlmEngine::Step() {
   ChunkBudget budget(runner_->max_batch_tokens());
   std::vector<ModelRunner::StepItem>& items = step_items_;
   items.clear();
+  if (drafter_) ProposeDrafts(budget.left());
   auto schedule = [&](RequestId id) -> bool {
     const int32_t computed = runner_->num_computed(id);
-    const int32_t remaining =
+    int32_t remaining =
         static_cast<int32_t>(runner_->tokens(id).size()) - computed;
+    Request& r = *requests_[id];
+    if (!r.draft.empty() &&
+        (budget.Fit(remaining) < remaining ||
+         !runner_->blocks().CanReserve(id, computed + remaining))) {
+      // A draft only where it fits without preempting anyone.
+      DropDraft(r);
+      remaining = 1;
+    }
     const int32_t n = budget.Fit(remaining);
     if (n <= 0) return true;
     // Make room, preempting the newest sequences, down to this one.
@@ -279,6 +337,7 @@ absl::Status LlmEngine::Step() {
     }
     if (!runner_->blocks().Reserve(id, computed + n).ok()) return false;
     items.push_back(budget.Take(id, n, remaining));
+    if (!r.draft.empty()) items.back().logits = LogitsMode::kAll;
     return true;
   };
 
@@ -300,6 +359,17 @@ absl::Status LlmEngine::Step() {
     if (!requests_.contains(id)) continue;  // refused with an error
     waiting_.pop_front();
     if (!schedule(id)) break;
+  }
+  if (drafter_) {
+    // Drafts of sequences the budget left out of this pass.
+    for (RequestId id : running_) {
+      Request& r = *requests_[id];
+      if (r.draft.empty()) continue;
+      const bool scheduled = std::any_of(
+          items.begin(), items.end(),
+          [id](const ModelRunner::StepItem& i) { return i.id == id; });
+      if (!scheduled) DropDraft(r);
+    }
   }
   if (items.empty()) {
     if (running_.empty() && !waiting_.empty()) {
@@ -341,6 +411,13 @@ absl::Status LlmEngine::Step() {
     } else {
       stats_.prompt_tokens_computed += item.num_tokens;
     }
+    if (item.logits == LogitsMode::kAll) {
+      const absl::Span<const float> rows = absl::MakeConstSpan(logits).subspan(
+          row * vocab, static_cast<size_t>(item.num_tokens) * vocab);
+      PD_RETURN_IF_ERROR(VerifyAndEmit(item.id, rows));
+      row += item.num_tokens;
+      continue;
+    }
     if (item.logits != LogitsMode::kLast) continue;
     PD_RETURN_IF_ERROR(SampleAndEmit(
         item.id, absl::MakeConstSpan(logits).subspan(row * vocab, vocab)));
@@ -349,8 +426,122 @@ absl::Status LlmEngine::Step() {
   return absl::OkStatus();
 }
 
+void LlmEngine::ProposeDrafts(int32_t budget) {
+  // Every running sequence needs at least one token of the pass; drafts get
+  // what is left.
+  int32_t spare = budget - static_cast<int32_t>(running_.size());
+  std::vector<DraftJob>& jobs = draft_jobs_;
+  jobs.clear();
+  for (RequestId id : running_) {
+    Request& r = *requests_[id];
+    if (spare <= 0) break;
+    if (!r.draft_length.has_value() || !r.first_output_sent) continue;
+    const absl::Span<const int32_t> tokens = runner_->tokens(id);
+    const int32_t size = static_cast<int32_t>(tokens.size());
+    if (runner_->num_computed(id) + 1 != size) continue;  // not decoding
+    int32_t k = r.draft_length->Next();
+    // Room for the draft and the token after it, in the context and in
+    // max_tokens (a pass emits up to k + 1 tokens).
+    k = std::min(k, runner_->context_length() - size - 1);
+    const int32_t generated =
+        static_cast<int32_t>(r.stream->generated().size());
+    if (r.stream->sampling().max_tokens.has_value()) {
+      k = std::min<int64_t>(
+          k, int64_t{*r.stream->sampling().max_tokens} - generated - 1);
+    }
+    k = std::min(k, spare);
+    if (k <= 0) continue;
+    DraftJob job;
+    job.id = id;
+    job.tokens = tokens;
+    job.prompt_length = static_cast<int32_t>(r.prompt.size());
+    job.max_tokens = k;
+    job.sampling = &r.stream->sampling();
+    job.seed = r.stream->seed();
+    job.step = generated;
+    jobs.push_back(std::move(job));
+    spare -= k;
+  }
+  if (jobs.empty()) return;
+  if (!drafter_->Propose(absl::MakeSpan(jobs)).ok()) {
+    // Speculation is an optimisation: this step decodes plainly.
+    for (const DraftJob& job : jobs) drafter_->Resolve(job.id, 0);
+    return;
+  }
+  for (DraftJob& job : jobs) {
+    if (job.draft.empty()) continue;
+    job.draft.resize(std::min<size_t>(job.draft.size(), job.max_tokens));
+    Request& r = *requests_[job.id];
+    if (!runner_->AppendDraft(job.id, job.draft).ok()) {
+      drafter_->Resolve(job.id, 0);
+      continue;
+    }
+    r.draft = std::move(job.draft);
+    r.draft_probs = std::move(job.probs);
+  }
+}
+
+void LlmEngine::DropDraft(Request& r) {
+  if (runner_->num_draft(r.id) > 0) {
+    runner_->ResolveDraft(r.id, 0).IgnoreError();  // pending: cannot fail
+  }
+  drafter_->Resolve(r.id, 0);
+  r.draft.clear();
+  r.draft_probs.clear();
+}
+
+absl::Status LlmEngine::VerifyAndEmit(RequestId id,
+                                      absl::Span<const float> rows) {
+  Request& r = *requests_[id];
+  const std::vector<int32_t> draft = std::move(r.draft);
+  const std::vector<std::vector<TokenProb>> probs = std::move(r.draft_probs);
+  r.draft.clear();
+  r.draft_probs.clear();
+  const int32_t k = static_cast<int32_t>(draft.size());
+  const size_t vocab = runner_->vocab_size();
+  int32_t accepted = 0;
+  int32_t verified = 0;  // draft tokens checked (none after the request ends)
+  bool goes_on = true;
+  for (int32_t j = 0; j <= k && goes_on; ++j) {
+    const absl::Span<const float> row = rows.subspan(j * vocab, vocab);
+    bool hit = false;
+    absl::StatusOr<StreamStep> step =
+        j < k ? r.stream->NextVerifying(
+                    row, draft[j],
+                    probs.empty() ? absl::Span<const TokenProb>() : probs[j],
+                    &hit)
+              : r.stream->Next(row);
+    if (j < k) ++verified;
+    if (hit) ++accepted;
+    if (j > 0) ++stats_.decode_tokens;
+    const bool last = !hit;  // a correction, or the token after a full draft
+    goes_on = Emit(id, std::move(step), [&](int32_t token) -> absl::Status {
+      if (!last) return absl::OkStatus();  // already in the runner
+      PD_RETURN_IF_ERROR(runner_->ResolveDraft(id, accepted));
+      drafter_->Resolve(id, accepted);
+      return runner_->AppendToken(id, token);
+    });
+    if (last) break;
+  }
+  stats_.spec_drafted_tokens += verified;
+  stats_.spec_accepted_tokens += accepted;
+  auto it = requests_.find(id);
+  if (goes_on && it != requests_.end() &&
+      it->second->draft_length.has_value()) {
+    it->second->draft_length->Record(verified, accepted);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LlmEngine::SampleAndEmit(RequestId id,
                                       absl::Span<const float> logits) {
+  Emit(id, requests_[id]->stream->Next(logits),
+       [&](int32_t token) { return runner_->AppendToken(id, token); });
+  return absl::OkStatus();
+}
+
+bool LlmEngine::Emit(RequestId id, absl::StatusOr<StreamStep> step,
+                     const std::function<absl::Status(int32_t)>& keep) {
   Request& r = *requests_[id];
   RequestOutput out;
   if (!r.first_output_sent) {
@@ -358,19 +549,18 @@ absl::Status LlmEngine::SampleAndEmit(RequestId id,
     out.first_token_time = absl::Now();
     r.first_output_sent = true;
   }
-  absl::StatusOr<StreamStep> step = r.stream->Next(logits);
   if (!step.ok()) {
     Finish(id, RequestFinish::kError, step.status(), &out);
-    return absl::OkStatus();
+    return false;
   }
   out.token_ids.push_back(step->token);
   if (step->logprob.has_value()) out.logprobs.push_back(*step->logprob);
   out.text = std::move(step->text);
   if (step->finish == FinishReason::kNone) {
-    absl::Status appended = runner_->AppendToken(id, step->token);
-    if (!appended.ok()) {
-      Finish(id, RequestFinish::kError, appended, &out);
-      return absl::OkStatus();
+    absl::Status kept = keep(step->token);
+    if (!kept.ok()) {
+      Finish(id, RequestFinish::kError, kept, &out);
+      return false;
     }
     out.id = id;
     out.prompt_tokens = r.prompt.size();
@@ -378,7 +568,7 @@ absl::Status LlmEngine::SampleAndEmit(RequestId id,
     out.completion_tokens = r.stream->generated().size();
     out.generated_offset = out.completion_tokens - 1;
     if (r.on_output) r.on_output(out);
-    return absl::OkStatus();
+    return true;
   }
   out.stop_token_id = step->stop_token_id;
   out.stop_string = step->stop_string;
@@ -386,7 +576,7 @@ absl::Status LlmEngine::SampleAndEmit(RequestId id,
          step->finish == FinishReason::kLength ? RequestFinish::kLength
                                                : RequestFinish::kStop,
          absl::OkStatus(), &out);
-  return absl::OkStatus();
+  return false;
 }
 
 absl::Status LlmEngine::RunUntilIdle() {

@@ -47,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/chunk_budget.h"
+#include "engine/drafter.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
@@ -58,10 +59,33 @@ namespace pdserve::engine {
 
 using RequestId = int64_t;
 
+// Speculative decoding (engine/drafter.h): a drafter proposes up to
+// num_tokens tokens after a decoding sequence's last one, the target
+// verifies them in the same forward pass as everything else, and the
+// sequence keeps the accepted ones plus one token of the target's own.
+// Greedy and seeded output is that of plain decoding for deterministic
+// drafts (n-gram; a draft model for greedy requests); a draft model's
+// sampled drafts keep the target's distribution (Sampler::SampleVerifying).
+struct SpeculativeOptions {
+  enum class Method { kNone, kNgram, kDraftModel };
+  Method method = Method::kNone;
+  // Most tokens drafted per sequence and step (k).
+  int32_t num_tokens = 4;
+  // Draft length follows the acceptance rate (DraftLength); false drafts
+  // num_tokens every step.
+  bool adaptive = true;
+  NgramDrafterOptions ngram;
+  // kDraftModel: the draft model (borrowed, must outlive the engine; its
+  // vocabulary must be the target's) and its KV cache.
+  const model::Model* draft_model = nullptr;
+  int64_t draft_kv_cache_bytes = int64_t{64} << 20;
+};
+
 struct EngineOptions {
   ModelRunnerOptions runner;
   // Most sequences in the running batch at once.
   int32_t max_running = 64;
+  SpeculativeOptions speculative;
 };
 
 // Why a request's output ended (kNone on every output but the last).
@@ -131,6 +155,12 @@ struct EngineStats {
   int64_t decode_tokens = 0;
   // Sequences computed in the last step (0 when it ran nothing).
   int32_t last_step_sequences = 0;
+  // Speculative decoding: "ngram", "draft_model", or empty when off; draft
+  // tokens the target checked (not those after a token that ended the
+  // request), and of those the accepted ones.
+  std::string spec_method;
+  int64_t spec_drafted_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
 };
 
 class LlmEngine {
@@ -190,6 +220,12 @@ class LlmEngine {
     bool first_output_sent = false;
     int32_t cached_tokens = 0;
     bool in_runner = false;
+    // Speculative decoding: set when this request drafts (the engine has a
+    // drafter and the request did not opt out), with the draft pending in
+    // the runner this step and what it was drawn from.
+    std::optional<DraftLength> draft_length;
+    std::vector<int32_t> draft;
+    std::vector<std::vector<TokenProb>> draft_probs;
   };
 
   LlmEngine(const model::Model& model, const EngineOptions& options)
@@ -203,7 +239,22 @@ class LlmEngine {
   // first chunk (what `budget` leaves it) can be reserved.
   bool Admit(Request& r, const ChunkBudget& budget);
   void Preempt(RequestId id);
+  // Removes the request from the runner and the drafter.
+  void ReleaseFromRunner(Request& r);
   absl::Status SampleAndEmit(RequestId id, absl::Span<const float> logits);
+  // Drafts for every decoding sequence that speculates this step and
+  // appends the drafts to the runner (the token budget permitting).
+  void ProposeDrafts(int32_t budget);
+  // Drops a draft that will not be verified this step.
+  void DropDraft(Request& r);
+  // Verifies request `id`'s draft against `rows` (one logits row per draft
+  // token plus one) and emits the tokens it keeps.
+  absl::Status VerifyAndEmit(RequestId id, absl::Span<const float> rows);
+  // Reports one chosen token: its output, or the request's end. When the
+  // request goes on, `keep` first puts the token into the runner (an error
+  // from it fails the request). Returns whether the request goes on.
+  bool Emit(RequestId id, absl::StatusOr<StreamStep> step,
+            const std::function<absl::Status(int32_t token)>& keep);
 
   const model::Model& model_;
   const EngineOptions options_;
@@ -219,6 +270,7 @@ class LlmEngine {
   std::atomic<int32_t> runner_waiters_{0};
   class RunnerCallerLock;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Drafter> drafter_;  // null: no speculative decoding
   std::vector<uint32_t> eos_ids_;
   // Reservations from ReserveTransfer not yet handed to AddRequest.
   absl::flat_hash_set<RequestId> reserved_ ABSL_GUARDED_BY(runner_mu_);
@@ -242,6 +294,7 @@ class LlmEngine {
   std::vector<float> step_logits_;
   std::vector<ModelRunner::StepItem> step_items_;
   std::vector<RequestId> running_snapshot_;
+  std::vector<DraftJob> draft_jobs_;
 };
 
 }  // namespace pdserve::engine

@@ -102,12 +102,65 @@ absl::Status ModelRunner::AppendToken(SeqId id, int32_t token) {
     return absl::InvalidArgumentError(absl::StrCat(
         "token id ", token, " outside the vocabulary of ", vocab_size()));
   }
+  if (it->second.num_draft > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", id, " has an unresolved draft; ResolveDraft first"));
+  }
   if (static_cast<int64_t>(it->second.tokens.size()) >= context_length()) {
     return absl::OutOfRangeError(absl::StrCat(
         "sequence ", id, " has reached the context length ", context_length()));
   }
   it->second.tokens.push_back(token);  // within the reserved context
   return absl::OkStatus();
+}
+
+absl::Status ModelRunner::AppendDraft(SeqId id,
+                                      absl::Span<const int32_t> draft) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  }
+  Sequence& s = it->second;
+  if (static_cast<int64_t>(s.tokens.size() + draft.size()) > context_length()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("a draft of ", draft.size(), " tokens takes sequence ", id,
+                     " past the context length ", context_length()));
+  }
+  for (int32_t t : draft) {
+    if (t < 0 || t >= vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "draft token id ", t, " outside the vocabulary of ", vocab_size()));
+    }
+  }
+  s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+  s.num_draft += static_cast<int32_t>(draft.size());
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::ResolveDraft(SeqId id, int32_t accepted) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  }
+  Sequence& s = it->second;
+  if (s.num_draft == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " has no draft pending"));
+  }
+  if (accepted < 0 || accepted > s.num_draft) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("accepted ", accepted, " of a draft of ", s.num_draft));
+  }
+  s.tokens.resize(s.tokens.size() - (s.num_draft - accepted));
+  s.num_draft = 0;
+  s.num_computed =
+      std::min(s.num_computed, static_cast<int32_t>(s.tokens.size()));
+  return blocks_->MarkComputed(id, s.tokens, s.num_computed);
+}
+
+int32_t ModelRunner::num_draft(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : it->second.num_draft;
 }
 
 void ModelRunner::Release(SeqId id) {
@@ -189,8 +242,10 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
   for (const StepItem& item : items) {
     Sequence& s = seqs_[item.id];
     s.num_computed += item.num_tokens;
-    PD_RETURN_IF_ERROR(
-        blocks_->MarkComputed(item.id, s.tokens, s.num_computed));
+    // A draft's positions wait for ResolveDraft (see AppendDraft).
+    const int32_t verified = std::min(
+        s.num_computed, static_cast<int32_t>(s.tokens.size()) - s.num_draft);
+    PD_RETURN_IF_ERROR(blocks_->MarkComputed(item.id, s.tokens, verified));
   }
   return absl::OkStatus();
 }

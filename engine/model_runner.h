@@ -89,6 +89,23 @@ class ModelRunner {
   absl::Status AppendToken(SeqId id, int32_t token);
   // Frees the sequence's blocks (full ones stay in the prefix cache).
   void Release(SeqId id);
+
+  // ---- Speculative decoding --------------------------------------------
+  // AppendDraft appends tokens a drafter proposed after the sequence's last
+  // token (or its pending draft: a draft model appends one token per pass).
+  // Run computes them like any other (ask the target for kAll logits to
+  // verify them), but they stay tentative: they never enter the prefix
+  // cache, and ResolveDraft must follow before AppendToken.
+  // ResolveDraft keeps the first `accepted` draft tokens (their KV becomes
+  // the sequence's like any computed token's) and drops the rest, tokens and
+  // KV: the dropped positions are simply overwritten by the tokens that
+  // come next. FAILED_PRECONDITION when no draft is pending (Resolve);
+  // OUT_OF_RANGE when the draft would pass the context; INVALID_ARGUMENT for
+  // bad token ids or accepted > draft size.
+  absl::Status AppendDraft(SeqId id, absl::Span<const int32_t> draft);
+  absl::Status ResolveDraft(SeqId id, int32_t accepted);
+  // Draft tokens appended and not yet resolved (0 for an unknown id).
+  int32_t num_draft(SeqId id) const;
   bool HasSequence(SeqId id) const { return seqs_.contains(id); }
   // Tokens of the sequence; those with KV computed.
   absl::Span<const int32_t> tokens(SeqId id) const;
@@ -172,6 +189,10 @@ class ModelRunner {
     // Reserved for KV computed elsewhere and not yet complete: nothing may
     // compute (and overwrite) its prompt positions.
     bool awaiting_transfer = false;
+    // Trailing tokens that are an unverified draft (AppendDraft): computed
+    // by Run but never marked computed in the block manager, so no block
+    // holding them enters the prefix cache.
+    int32_t num_draft = 0;
   };
 
   ModelRunner(const model::Model& model, const ModelRunnerOptions& options)

@@ -173,6 +173,11 @@ double SeededUniform(uint64_t seed, uint64_t step) {
   return UniformDoubleFromBits(rng.Next());
 }
 
+uint64_t DerivedSeed(uint64_t seed, uint64_t stream) {
+  uint64_t state = seed ^ (stream * 0xD1B54A32D192ED03ull);
+  return SplitMix64Next(&state);
+}
+
 // ---------------------------------------------------------------------------
 // Sampler.
 
@@ -508,6 +513,81 @@ absl::StatusOr<SampleResult> Sampler::Sample(absl::Span<const float> logits,
       }
       if (chosen == kept.size) chosen = last_nonzero;
       result.token_id = scratch_[chosen].id;
+    }
+  }
+  if (params_.logprobs) FillLogprobs(logits, result.token_id, &result);
+  return result;
+}
+
+absl::StatusOr<SampleResult> Sampler::SampleVerifying(
+    absl::Span<const float> logits, int64_t step, uint32_t draft,
+    absl::Span<const TokenProb> draft_probs, bool* accepted) {
+  *accepted = false;
+  if (draft_probs.empty() || params_.temperature == 0.0f) {
+    PD_ASSIGN_OR_RETURN(SampleResult result, Sample(logits, step));
+    *accepted = result.token_id == draft;
+    return result;
+  }
+  if (logits.size() != static_cast<size_t>(vocab_size_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logits row has ", logits.size(),
+                     " entries, the sampler's vocab_size is ", vocab_size_));
+  }
+  if (step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation step must be >= 0, got ", step));
+  }
+  const Kept kept = Prepare(logits);
+  if (kept.degenerate) return Sample(logits, step);  // token 0, flagged
+  if (draft_dense_.empty()) draft_dense_.assign(vocab_size_, 0.0);
+  for (const TokenProb& q : draft_probs) {
+    if (q.token_id < static_cast<uint32_t>(vocab_size_)) {
+      draft_dense_[q.token_id] = q.prob;
+    }
+  }
+  const double total = ToWeights(kept.size, kept.max);
+  double p_draft = 0.0;
+  for (size_t i = 0; i < kept.size; ++i) {
+    if (scratch_[i].id == draft) p_draft = scratch_[i].value / total;
+  }
+  const double q_draft =
+      draft < static_cast<uint32_t>(vocab_size_) ? draft_dense_[draft] : 0.0;
+  SampleResult result;
+  const double u = SeededUniform(seed_, static_cast<uint64_t>(step));
+  if (q_draft > 0.0 && u * q_draft < p_draft) {
+    *accepted = true;
+    result.token_id = draft;
+  } else {
+    // The residual max(0, p - q), walked in scratch order like Sample.
+    double residual_total = 0.0;
+    for (size_t i = 0; i < kept.size; ++i) {
+      residual_total += std::max(
+          0.0, scratch_[i].value / total - draft_dense_[scratch_[i].id]);
+    }
+    const double target =
+        SeededUniform(DerivedSeed(seed_, 1), static_cast<uint64_t>(step)) *
+        residual_total;
+    size_t chosen = kept.size;
+    size_t last_positive = 0;
+    double cum = 0.0;
+    for (size_t i = 0; i < kept.size; ++i) {
+      const double r = std::max(
+          0.0, scratch_[i].value / total - draft_dense_[scratch_[i].id]);
+      if (r > 0.0) last_positive = i;
+      cum += r;
+      if (target < cum) {
+        chosen = i;
+        break;
+      }
+    }
+    // residual_total == 0 only when p == q (then the draft is always
+    // accepted, up to rounding); the last positive entry is as good a pick.
+    if (chosen == kept.size) chosen = last_positive;
+    result.token_id = scratch_[chosen].id;
+  }
+  for (const TokenProb& q : draft_probs) {
+    if (q.token_id < static_cast<uint32_t>(vocab_size_)) {
+      draft_dense_[q.token_id] = 0.0;
     }
   }
   if (params_.logprobs) FillLogprobs(logits, result.token_id, &result);

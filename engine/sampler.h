@@ -114,6 +114,9 @@ struct SamplingParams {
   // logit before the penalties. Ordered so that validation always names the
   // same offending entry.
   std::map<uint32_t, float> logit_bias;
+  // When true, the engine never drafts for this request (speculative
+  // decoding off for it; the sampler itself ignores this field).
+  bool disable_speculation = false;
 };
 
 // Limits from the proto comments, exported for error messages elsewhere.
@@ -176,6 +179,30 @@ class Sampler {
   // keeps. INVALID_ARGUMENT when logits.size() != vocab_size or step < 0.
   absl::StatusOr<SampleResult> Sample(absl::Span<const float> logits,
                                       int64_t step);
+
+  // Speculative decoding: chooses the token for step `step` when a drafter
+  // proposed `draft` there, and sets *accepted when that token is the draft.
+  // The token always follows this sampler's distribution exactly (what
+  // Sample draws from), whatever the drafter did:
+  //   - draft_probs empty: the draft was proposed deterministically (n-gram
+  //     lookup, a greedy draft model). The token is exactly the one Sample
+  //     would return, and the draft is accepted when they agree. That is
+  //     the standard rejection rule for a proposal distribution that puts
+  //     all its mass on `draft` (accept with probability p(draft), else draw
+  //     from p without `draft`), coupled to Sample's own draw, so greedy and
+  //     seeded output are those of plain decoding, token for token, however
+  //     many tokens were drafted.
+  //   - draft_probs given: the draft was drawn from that distribution q
+  //     (sparse; absent tokens have q = 0). The standard rule (Leviathan et
+  //     al. 2023, Chen et al. 2023): accept with probability
+  //     min(1, p(draft) / q(draft)), else draw from max(0, p - q)
+  //     normalised. Both draws are seeded by (seed, step) like Sample's, so
+  //     seeded runs are reproducible. At temperature 0 it is the greedy case
+  //     above.
+  // Does not record the token (call Accept). Errors as Sample.
+  absl::StatusOr<SampleResult> SampleVerifying(
+      absl::Span<const float> logits, int64_t step, uint32_t draft,
+      absl::Span<const TokenProb> draft_probs, bool* accepted);
 
   // Appends `token` to the generated text (affects later penalties).
   // INVALID_ARGUMENT when token >= vocab_size.
@@ -253,6 +280,9 @@ class Sampler {
   std::vector<uint64_t> adjusted_bits_;
   // Reused across steps; sized vocab_size on first non-greedy use.
   std::vector<Candidate> scratch_;
+  // SampleVerifying's draft probabilities by token id; all zero between
+  // calls. Sized vocab_size on first use.
+  std::vector<double> draft_dense_;
 };
 
 // The exact, portable randomness recipe (exposed so other implementations,
@@ -263,6 +293,11 @@ class Sampler {
 //       splitmix64 started at state s;
 //   the uniform is (first xoshiro256** output >> 11) * 2^-53, in [0, 1).
 double SeededUniform(uint64_t seed, uint64_t step);
+
+// The seed of a second, independent stream of draws for the same request
+// (speculative decoding's residual draw and a draft model's own draws use
+// DerivedSeed(seed, 1) and DerivedSeed(seed, 2) with SeededUniform).
+uint64_t DerivedSeed(uint64_t seed, uint64_t stream);
 
 // splitmix64 (Vigna): advances *state by the golden gamma and returns the
 // mixed value.

@@ -21,6 +21,7 @@ SamplingParams FromProto(const v1::SamplingParams& p) {
   s.logprobs = p.logprobs();
   s.top_logprobs = p.top_logprobs();
   s.logit_bias.insert(p.logit_bias().begin(), p.logit_bias().end());
+  s.disable_speculation = p.disable_speculation();
   return s;
 }
 

@@ -65,6 +65,20 @@ absl::StatusOr<StreamStep> TokenStream::Next(absl::Span<const float> logits) {
   PD_ASSIGN_OR_RETURN(
       SampleResult sampled,
       sampler_->Sample(logits, static_cast<int64_t>(generated_.size())));
+  return Emit(std::move(sampled));
+}
+
+absl::StatusOr<StreamStep> TokenStream::NextVerifying(
+    absl::Span<const float> logits, int32_t draft,
+    absl::Span<const TokenProb> draft_probs, bool* accepted) {
+  PD_ASSIGN_OR_RETURN(SampleResult sampled,
+                      sampler_->SampleVerifying(
+                          logits, static_cast<int64_t>(generated_.size()),
+                          static_cast<uint32_t>(draft), draft_probs, accepted));
+  return Emit(std::move(sampled));
+}
+
+absl::StatusOr<StreamStep> TokenStream::Emit(SampleResult sampled) {
   PD_RETURN_IF_ERROR(sampler_->Accept(sampled.token_id));
   StreamStep step;
   step.token = static_cast<int32_t>(sampled.token_id);

@@ -73,12 +73,24 @@ class TokenStream {
   // Samples the next token from `logits` (vocab_size floats) and applies
   // every stop condition.
   absl::StatusOr<StreamStep> Next(absl::Span<const float> logits);
+  // The same for a step where a drafter proposed `draft` (speculative
+  // decoding; see Sampler::SampleVerifying, which chooses the token):
+  // *accepted says whether the token is the draft.
+  absl::StatusOr<StreamStep> NextVerifying(
+      absl::Span<const float> logits, int32_t draft,
+      absl::Span<const TokenProb> draft_probs, bool* accepted);
+  // The sampling parameters and seed in use (a draft model samples with
+  // them).
+  const SamplingParams& sampling() const { return sampler_->params(); }
+  uint64_t seed() const { return sampler_->seed(); }
 
   const std::vector<int32_t>& generated() const { return generated_; }
 
  private:
   TokenStream(const TokenStreamOptions& options, Sampler sampler,
               int32_t prompt_length);
+  // Records a chosen token and applies every stop condition.
+  absl::StatusOr<StreamStep> Emit(SampleResult sampled);
   // Feeds one token's text through detokenization and stop strings.
   StopChecker::FeedResult FeedText(int32_t token);
 

@@ -14,6 +14,7 @@
 #include "rpc/cluster_credential_flags.h"
 #include "worker/engine_flags.h"
 #include "worker/kv_transport_flags.h"
+#include "worker/speculative_flags.h"
 
 namespace pdserve::worker {
 
@@ -27,6 +28,14 @@ int RunWorker(int argc, char** argv, const WorkerMain& main) {
   basics.worker_id = WorkerIdFromFlags(basics.role);
   SetLogTag(basics.worker_id);
   basics.engine = EngineOptionsFromFlags();
+  // Outlives the engine, which borrows it.
+  std::unique_ptr<model::Model> draft_model;
+  if (absl::Status spec =
+          SpeculativeOptionsFromFlags(&basics.engine.speculative, &draft_model);
+      !spec.ok()) {
+    PD_LOG(ERROR) << spec;
+    return 2;
+  }
   absl::StatusOr<kv_transfer::KvTransportConfig> transport =
       KvTransportFromFlags(basics.worker_id);
   if (!transport.ok()) {
