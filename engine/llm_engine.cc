@@ -71,7 +71,7 @@ absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
   stream_options.tokenizer = &model_.tokenizer();
   stream_options.sampling = request.sampling;
   stream_options.eos_ids = eos_ids_;
-  stream_options.context_length = runner_->context_length();
+  stream_options.context_length = runner_->sequence_limit();
   stream_options.vocab_size = vocab;
   PD_ASSIGN_OR_RETURN(
       r->stream,

@@ -17,6 +17,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     return absl::InvalidArgumentError(
         "block_size and max_batch_tokens must be positive");
   }
+  if (options.attention_sinks < 0 || options.sink_window < 0 ||
+      (options.attention_sinks > 0 && options.sink_window == 0)) {
+    return absl::InvalidArgumentError(
+        "attention_sinks and sink_window must be >= 0, and sinks need a "
+        "sink_window");
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(model, options));
   const model::ModelConfig& c = model.config();
   v1::KvLayout& l = r->layout_;
@@ -86,6 +92,7 @@ absl::StatusOr<int32_t> ModelRunner::AddSequence(
   s.tokens.reserve(max_sequence_tokens_);
   s.tokens.assign(prompt.begin(), prompt.end());
   s.num_computed = cached;
+  s.registered_length = static_cast<int32_t>(prompt.size());
   s.prompt_length =
       prompt_length < 0
           ? static_cast<int32_t>(prompt.size())
@@ -102,11 +109,12 @@ absl::Status ModelRunner::AppendToken(SeqId id, int32_t token) {
     return absl::InvalidArgumentError(absl::StrCat(
         "token id ", token, " outside the vocabulary of ", vocab_size()));
   }
-  if (static_cast<int64_t>(it->second.tokens.size()) >= context_length()) {
+  if (static_cast<int64_t>(it->second.tokens.size()) >= sequence_limit()) {
     return absl::OutOfRangeError(absl::StrCat(
         "sequence ", id, " has reached the context length ", context_length()));
   }
-  it->second.tokens.push_back(token);  // within the reserved context
+  // Within the reserved context (past it only with attention sinks).
+  it->second.tokens.push_back(token);
   return absl::OkStatus();
 }
 
@@ -174,6 +182,8 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
     chunk.block_table = table_scratch_[i];
     chunk.logits = item.logits;
     chunk.prompt_length = s.prompt_length;
+    chunk.attention_sinks = options_.attention_sinks;
+    chunk.sink_window = options_.sink_window;
     batch.chunks.push_back(chunk);
   }
   const absl::Status forward = backend_->Forward(batch, logits);
@@ -191,6 +201,41 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
     s.num_computed += item.num_tokens;
     PD_RETURN_IF_ERROR(
         blocks_->MarkComputed(item.id, s.tokens, s.num_computed));
+    PD_RETURN_IF_ERROR(FreeBlocksOutOfWindow(item.id, s));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::FreeBlocksOutOfWindow(SeqId id, const Sequence& s) {
+  if (s.num_computed <= s.registered_length) return absl::OkStatus();
+  // Queries to come are at positions >= next. A layer's attended set
+  // (engine/forward_backend.h) only moves forward as the query does: its
+  // window starts no earlier, and its sinks end no earlier but never past
+  // attention_sinks. So every key position that a query at `next` or later
+  // attends lies in [sink_begin, attention_sinks) or [recent_begin, ...)
+  // of `next`'s set; the union over layers is kept, whole blocks outside it
+  // are freed.
+  const int32_t next = s.num_computed;
+  const model::ModelConfig& c = model_.config();
+  int32_t sink_begin = INT32_MAX, recent_begin = INT32_MAX;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const AttendedKeys k = KeysAttended(
+        next, c.LayerWindow(l), options_.attention_sinks, options_.sink_window);
+    sink_begin = std::min(sink_begin, k.sink_begin);
+    recent_begin = std::min(recent_begin, k.recent_begin);
+  }
+  const int32_t sink_end =
+      std::max(sink_begin, std::min(options_.attention_sinks, recent_begin));
+  const int32_t bs = options_.block_size;
+  // Blocks wholly below the sinks' start, and wholly between the sinks'
+  // end and the recent window's start.
+  if (sink_begin >= bs) {
+    PD_RETURN_IF_ERROR(blocks_->FreeBlocks(id, 0, sink_begin / bs).status());
+  }
+  const int32_t gap_first = (sink_end + bs - 1) / bs;
+  const int32_t gap_end = recent_begin / bs;
+  if (gap_end > gap_first) {
+    PD_RETURN_IF_ERROR(blocks_->FreeBlocks(id, gap_first, gap_end).status());
   }
   return absl::OkStatus();
 }
@@ -303,7 +348,7 @@ absl::Status ModelRunner::Decode(absl::Span<const SeqId> ids,
     }
     // Checked here too (AppendToken checks again), so that a full context
     // takes no block past it.
-    if (static_cast<int64_t>(it->second.tokens.size()) >= context_length()) {
+    if (static_cast<int64_t>(it->second.tokens.size()) >= sequence_limit()) {
       return absl::OutOfRangeError(
           absl::StrCat("sequence ", id, " has reached the context length ",
                        context_length()));
