@@ -62,7 +62,8 @@ CpuBackend::CpuBackend(const model::ModelConfig& config,
       pool_(std::move(pool)),
       threads_(options.num_threads),
       llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics),
-      fp8_kv_(pool_->layout().dtype() == v1::KV_DTYPE_FP8_E4M3) {
+      fp8_kv_(pool_->layout().dtype() == v1::KV_DTYPE_FP8_E4M3),
+      testing_attention_mask_(options.testing_attention_mask) {
   if (!options.pack_weights) return;
   auto pack = [this](const WeightMatrix& w) {
     std::unique_ptr<kernels::PackedMatrix> packed =
@@ -468,12 +469,19 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       const int32_t pos = tokens_[t].pos;
       // Causal, and within the layer's sliding window and the chunk's
       // attention sinks: keys [sink_begin, sink_end) and [recent_begin, pos].
-      const AttendedKeys attended = KeysAttended(
-          pos, config_.LayerWindow(layer), c.attention_sinks, c.sink_window);
+      // A testing mask replaces those rules: every key [0, pos] is read.
+      const bool testing_mask = testing_attention_mask_ != nullptr;
+      const AttendedKeys attended =
+          testing_mask ? AttendedKeys{}
+                       : KeysAttended(pos, config_.LayerWindow(layer),
+                                      c.attention_sinks, c.sink_window);
       const WidenedContext& wide = widened_chunks_[tokens_[t].chunk];
       // The widened path scores every position [0, pos] and masks the ones
       // not attended with -inf; the gathered path reads only those attended.
       const int32_t n_ctx = wide.offset >= 0 ? pos + 1 : attended.count(pos);
+      // Scores of keys [0, n_ctx) at positions [0, pos] that are not
+      // attended.
+      const bool mask_scores = n_ctx != attended.count(pos) || testing_mask;
       // llama.cpp's KV window is padded (to 256 cells) and masked with
       // -inf; softmax works in chunks of 16, so padding to 16 is enough
       // for the same sums.
@@ -492,6 +500,14 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       auto softmax = [&](int g) {
         float* sc = scores.data() + int64_t{g} * n_pad;
         float* pr = probs.data() + int64_t{g} * n_pad;
+        if (mask_scores) {
+          for (int32_t j = 0; j < n_ctx; ++j) {
+            if (testing_mask ? !testing_attention_mask_(layer, pos, j)
+                             : !attended.Attends(j)) {
+              sc[j] = -std::numeric_limits<float>::infinity();
+            }
+          }
+        }
         const float max_score = kernels::MaxScore(n_ctx, sc);
         for (int32_t j = n_ctx; j < n_pad; ++j) {
           sc[j] = -std::numeric_limits<float>::infinity();
@@ -514,16 +530,6 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
         kernels::DotF16ManyTransposed(order, d, keys, n_ctx, per_item,
                                       qf.data(), d, scale, scores.data(),
                                       n_pad);
-        if (attended.count(pos) != n_ctx) {
-          for (int g = 0; g < per_item; ++g) {
-            float* sc = scores.data() + int64_t{g} * n_pad;
-            for (int32_t j = 0; j < attended.recent_begin; ++j) {
-              if (!attended.Attends(j)) {
-                sc[j] = -std::numeric_limits<float>::infinity();
-              }
-            }
-          }
-        }
         for (int g = 0; g < per_item; ++g) softmax(g);
         kernels::WeightedRowSumWidened(order, n_ctx, per_item, probs.data(),
                                        n_pad, values, wide.stride / 16, d,

@@ -77,6 +77,9 @@ struct ModelRunnerOptions {
   // for hardware whose capacity grows with the number of workers, which two
   // shared cores cannot give: a sleeping worker leaves the CPU to the
   // others. Zero (the default) adds nothing.
+  // Testing only: see CpuBackendOptions::testing_attention_mask.
+  std::function<bool(int layer, int32_t query_pos, int32_t key_pos)>
+      testing_attention_mask = nullptr;
   absl::Duration testing_pass_delay = absl::ZeroDuration();
   absl::Duration testing_token_delay = absl::ZeroDuration();
 };
