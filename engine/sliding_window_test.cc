@@ -252,6 +252,34 @@ TEST_P(SlidingWindowTest, BlocksOutOfTheWindowAreFreed) {
   }
 }
 
+// The backend refuses a block table whose hole holds a key some new token
+// attends, in any layer: a freed block is never read.
+TEST(SlidingWindowBackendTest, RefusesAHoleAQueryAttends) {
+  auto windowed = OpenTiny(TinyOptions(kWindow), "swa_holes.gguf");
+  auto mixed = OpenTiny(TinyOptions(kWindow, 2), "swa_holes_mixed.gguf");
+  ASSERT_NE(windowed, nullptr);
+  ASSERT_NE(mixed, nullptr);
+  auto forward = [](const model::Model& m, std::vector<BlockId> table) {
+    auto r = MakeRunner(m, {});
+    const std::vector<int32_t> token = {5};
+    ForwardBatch batch;
+    SequenceChunk chunk;
+    chunk.tokens = token;
+    chunk.start_pos = 20;  // attends positions [11, 20]
+    chunk.block_table = table;
+    batch.chunks.push_back(chunk);
+    std::vector<float> logits;
+    return r->backend().Forward(batch, &logits);
+  };
+  const BlockId h = kNoBlock;
+  EXPECT_TRUE(forward(*windowed, {h, h, 2, 3, 4, 5}).ok());
+  EXPECT_EQ(forward(*windowed, {h, h, h, 3, 4, 5}).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Layer 1 of the mixed model attends everything.
+  EXPECT_EQ(forward(*mixed, {h, 1, 2, 3, 4, 5}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // A prefix-cache hit on a windowed model gives the tokens a cold run gives:
 // when the prompt's leading blocks (freed out of the window) are still
 // cached, and when they were evicted (a hit only ever takes a run of cached
