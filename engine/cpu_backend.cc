@@ -107,25 +107,34 @@ absl::Status CpuBackend::Validate(const ForwardBatch& batch) const {
           absl::StrCat("chunk ", i, " needs ", blocks_needed,
                        " blocks, its block table has ", c.block_table.size()));
     }
+    // Keys some new token of the chunk may attend, in some layer (over all
+    // layers, so a little more than that in a model mixing windows and
+    // sinks): [sink_lo, sink_hi) and [recent_lo, end). Computed at the
+    // first hole.
+    int32_t sink_lo = -1, sink_hi = 0, recent_lo = 0;
     for (int64_t b = 0; b < blocks_needed; ++b) {
       if (c.block_table[b] == kNoBlock) {
-        // A hole must hold no key any new token attends, in any layer:
-        // keys from the first token's window on, and the sinks up to where
-        // the last token's sinks end.
-        const int64_t lo = b * bs, hi = lo + bs;
-        for (int l = 0; l < config_.num_layers; ++l) {
-          const int32_t w = config_.LayerWindow(l);
-          const AttendedKeys first =
-              KeysAttended(c.start_pos, w, c.attention_sinks, c.sink_window);
-          const AttendedKeys last =
-              KeysAttended(static_cast<int32_t>(end - 1), w, c.attention_sinks,
-                           c.sink_window);
-          if (hi > first.recent_begin ||
-              (lo < last.sink_end && hi > first.sink_begin)) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("chunk ", i, " has no block for positions [", lo,
-                             ", ", hi, "), which layer ", l, " attends"));
+        if (sink_lo < 0) {
+          sink_lo = recent_lo = INT32_MAX;
+          for (int l = 0; l < config_.num_layers; ++l) {
+            const int32_t w = config_.LayerWindow(l);
+            // The first token's window starts earliest; the last token's
+            // sinks end latest.
+            const AttendedKeys first =
+                KeysAttended(c.start_pos, w, c.attention_sinks, c.sink_window);
+            const AttendedKeys last =
+                KeysAttended(static_cast<int32_t>(end - 1), w,
+                             c.attention_sinks, c.sink_window);
+            sink_lo = std::min(sink_lo, first.sink_begin);
+            sink_hi = std::max(sink_hi, last.sink_end);
+            recent_lo = std::min(recent_lo, first.recent_begin);
           }
+        }
+        const int64_t lo = b * bs, hi = lo + bs;
+        if (hi > recent_lo || (lo < sink_hi && hi > sink_lo)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("chunk ", i, " has no block for positions [", lo,
+                           ", ", hi, "), which its queries attend"));
         }
         continue;
       }

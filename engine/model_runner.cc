@@ -207,8 +207,11 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
   return absl::OkStatus();
 }
 
-absl::Status ModelRunner::FreeBlocksOutOfWindow(SeqId id, const Sequence& s) {
-  if (s.num_computed <= s.registered_length) return absl::OkStatus();
+absl::Status ModelRunner::FreeBlocksOutOfWindow(SeqId id, Sequence& s) {
+  if ((!streaming() && model_.config().sliding_window == 0) ||
+      s.num_computed <= s.registered_length) {
+    return absl::OkStatus();
+  }
   // Queries to come are at positions >= next. A layer's attended set
   // (engine/forward_backend.h) only moves forward as the query does: its
   // window starts no earlier, and its sinks end no earlier but never past
@@ -230,13 +233,19 @@ absl::Status ModelRunner::FreeBlocksOutOfWindow(SeqId id, const Sequence& s) {
   const int32_t bs = options_.block_size;
   // Blocks wholly below the sinks' start, and wholly between the sinks'
   // end and the recent window's start.
-  if (sink_begin >= bs) {
-    PD_RETURN_IF_ERROR(blocks_->FreeBlocks(id, 0, sink_begin / bs).status());
+  // Both ranges only grow (the gap's start stops at the sinks' last block):
+  // each step frees only what is new since the last.
+  const int32_t low_end = sink_begin / bs;
+  if (low_end > s.freed_low_end) {
+    PD_RETURN_IF_ERROR(
+        blocks_->FreeBlocks(id, s.freed_low_end, low_end).status());
+    s.freed_low_end = low_end;
   }
-  const int32_t gap_first = (sink_end + bs - 1) / bs;
+  const int32_t gap_first = std::max((sink_end + bs - 1) / bs, s.freed_gap_end);
   const int32_t gap_end = recent_begin / bs;
   if (gap_end > gap_first) {
     PD_RETURN_IF_ERROR(blocks_->FreeBlocks(id, gap_first, gap_end).status());
+    s.freed_gap_end = gap_end;
   }
   return absl::OkStatus();
 }

@@ -198,6 +198,11 @@ class ModelRunner {
     // once a token past these is computed: until then a prefill worker may
     // still read every block of the prompt to send it.
     int32_t registered_length = 0;
+    // Block-table entries FreeBlocksOutOfWindow has freed: [0,
+    // freed_low_end) and, between the sinks and the window, up to
+    // freed_gap_end.
+    int32_t freed_low_end = 0;
+    int32_t freed_gap_end = 0;
   };
 
   bool streaming() const { return options_.sink_window > 0; }
@@ -205,7 +210,7 @@ class ModelRunner {
   // attends in any layer (sliding windows, attention sinks): called after
   // each forward pass. Nothing for a sequence still within its registered
   // tokens, or when a layer attends the whole context.
-  absl::Status FreeBlocksOutOfWindow(SeqId id, const Sequence& s);
+  absl::Status FreeBlocksOutOfWindow(SeqId id, Sequence& s);
 
   ModelRunner(const model::Model& model, const ModelRunnerOptions& options)
       : model_(model), options_(options) {}
