@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,15 +118,13 @@ std::vector<int32_t> Generate(ModelRunner& r, SeqId id,
 
 // Every position's logits of `tokens` from the reference: the unwindowed
 // model with the window's mask given explicitly, in one pass.
-std::vector<float> ReferenceLogits(const model::Model& full,
-                                   const std::vector<int32_t>& tokens,
-                                   int32_t prompt_length, int32_t pattern) {
+std::vector<float> ReferenceLogits(
+    const model::Model& full, const std::vector<int32_t>& tokens,
+    int32_t prompt_length,
+    std::function<bool(int layer, int32_t query, int32_t key)> mask) {
   ModelRunnerOptions o;
   o.enable_prefix_cache = false;
-  o.testing_attention_mask = [pattern](int layer, int32_t q, int32_t k) {
-    const bool windowed = pattern == 0 || layer % pattern != pattern - 1;
-    return !windowed || q - k < kWindow;
-  };
+  o.testing_attention_mask = std::move(mask);
   auto r = MakeRunner(full, o);
   EXPECT_TRUE(r->AddSequence(1, tokens, prompt_length).ok());
   std::vector<float> logits;
@@ -160,8 +159,11 @@ TEST_P(SlidingWindowTest, LogitsEqualExplicitlyMaskedReference) {
   std::vector<std::vector<float>> rows;
   const std::vector<int32_t> tokens = Generate(*runner, 1, prompt, 70, &rows);
   ASSERT_EQ(tokens.size(), 70u);
-  const std::vector<float> want =
-      ReferenceLogits(*full, tokens, prompt.size(), pattern);
+  const std::vector<float> want = ReferenceLogits(
+      *full, tokens, prompt.size(), [pattern](int layer, int32_t q, int32_t k) {
+        const bool windowed = pattern == 0 || layer % pattern != pattern - 1;
+        return !windowed || q - k < kWindow;
+      });
   ASSERT_EQ(want.size(), tokens.size() * vocab);
   auto want_row = [&](size_t pos) {
     return absl::MakeConstSpan(want).subspan(pos * vocab, vocab);
@@ -385,6 +387,43 @@ TEST(AttentionSinksTest, GeneratesPastTheContextInBoundedKv) {
     EXPECT_EQ(generated, with_sinks ? 4 * context - 8 : context - 8);
     EXPECT_EQ((*engine)->runner().blocks().num_used_blocks(), 0);
   }
+}
+
+// Within the context, attention sinks give the logits of a reference that
+// masks every key but the sinks and the recent window; past the point where
+// that starts to matter they differ from full attention.
+TEST(AttentionSinksTest, LogitsEqualExplicitlyMaskedReference) {
+  auto m = OpenTiny(TinyOptions(0), "sinks_ref.gguf");
+  ASSERT_NE(m, nullptr);
+  const int32_t sinks = 3, window = 9;  // neither a multiple of the block
+  const int vocab = m->config().vocab_size;
+  ModelRunnerOptions o;
+  o.attention_sinks = sinks;
+  o.sink_window = window;
+  o.max_batch_tokens = 8;
+  auto r = MakeRunner(*m, o);
+  const std::vector<int32_t> prompt = Prompt(20, 6);
+  std::vector<std::vector<float>> rows;
+  const std::vector<int32_t> tokens = Generate(*r, 1, prompt, 60, &rows);
+  ASSERT_EQ(tokens.size(), 60u);
+  // Sinks and window only apply to what the runner computes: also to the
+  // prompt, so the reference masks every position the same way.
+  const std::vector<float> want = ReferenceLogits(
+      *m, tokens, prompt.size(),
+      [](int, int32_t q, int32_t k) { return k < sinks || q - k < window; });
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const size_t pos = prompt.size() - 1 + i;
+    EXPECT_LE(RelativeDiff(rows[i], absl::MakeConstSpan(want).subspan(
+                                        pos * vocab, vocab)),
+              kTolerance)
+        << "position " << pos;
+  }
+  EXPECT_LE(r->blocks().num_used_blocks(),
+            (sinks + window + kBlockSize - 1) / kBlockSize + 1);
+  auto plain = MakeRunner(*m, {});
+  std::vector<std::vector<float>> plain_rows;
+  Generate(*plain, 1, prompt, 22, &plain_rows);
+  EXPECT_GT(RelativeDiff(plain_rows[0], rows[0]), 100 * kTolerance);
 }
 
 TEST(AttentionSinksTest, RefusesBadOptions) {
