@@ -35,6 +35,9 @@
 namespace pdserve::engine {
 
 using BlockId = int32_t;
+// Not a block: a hole in a block table (a freed block no query reads) and
+// the end of an intrusive list.
+inline constexpr BlockId kNoBlock = -1;
 
 struct BlockPoolOptions {
   // Number of blocks in the pool; must be > 0.

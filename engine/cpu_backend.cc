@@ -62,7 +62,8 @@ CpuBackend::CpuBackend(const model::ModelConfig& config,
       pool_(std::move(pool)),
       threads_(options.num_threads),
       llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics),
-      fp8_kv_(pool_->layout().dtype() == v1::KV_DTYPE_FP8_E4M3) {
+      fp8_kv_(pool_->layout().dtype() == v1::KV_DTYPE_FP8_E4M3),
+      testing_attention_mask_(options.testing_attention_mask) {
   if (!options.pack_weights) return;
   auto pack = [this](const WeightMatrix& w) {
     std::unique_ptr<kernels::PackedMatrix> packed =
@@ -87,8 +88,15 @@ absl::Status CpuBackend::Validate(const ForwardBatch& batch) const {
     if (c.tokens.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("chunk ", i, " is empty"));
     }
+    if (c.attention_sinks < 0 || c.sink_window < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", i, " has negative attention sinks"));
+    }
+    // With attention sinks, positions may run past the trained context
+    // (StreamingLLM keeps the original RoPE positions; see ModelRunner).
     const int64_t end = int64_t{c.start_pos} + c.tokens.size();
-    if (c.start_pos < 0 || end > config_.context_length) {
+    if (c.start_pos < 0 || end > INT32_MAX ||
+        (c.sink_window == 0 && end > config_.context_length)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "chunk ", i, " covers positions [", c.start_pos, ", ", end,
           "), outside the context of ", config_.context_length, " tokens"));
@@ -99,7 +107,37 @@ absl::Status CpuBackend::Validate(const ForwardBatch& batch) const {
           absl::StrCat("chunk ", i, " needs ", blocks_needed,
                        " blocks, its block table has ", c.block_table.size()));
     }
+    // Keys some new token of the chunk may attend, in some layer (over all
+    // layers, so a little more than that in a model mixing windows and
+    // sinks): [sink_lo, sink_hi) and [recent_lo, end). Computed at the
+    // first hole.
+    int32_t sink_lo = -1, sink_hi = 0, recent_lo = 0;
     for (int64_t b = 0; b < blocks_needed; ++b) {
+      if (c.block_table[b] == kNoBlock) {
+        if (sink_lo < 0) {
+          sink_lo = recent_lo = INT32_MAX;
+          for (int l = 0; l < config_.num_layers; ++l) {
+            const int32_t w = config_.LayerWindow(l);
+            // The first token's window starts earliest; the last token's
+            // sinks end latest.
+            const AttendedKeys first =
+                KeysAttended(c.start_pos, w, c.attention_sinks, c.sink_window);
+            const AttendedKeys last =
+                KeysAttended(static_cast<int32_t>(end - 1), w,
+                             c.attention_sinks, c.sink_window);
+            sink_lo = std::min(sink_lo, first.sink_begin);
+            sink_hi = std::max(sink_hi, last.sink_end);
+            recent_lo = std::min(recent_lo, first.recent_begin);
+          }
+        }
+        const int64_t lo = b * bs, hi = lo + bs;
+        if (hi > recent_lo || (lo < sink_hi && hi > sink_lo)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("chunk ", i, " has no block for positions [", lo,
+                           ", ", hi, "), which its queries attend"));
+        }
+        continue;
+      }
       if (c.block_table[b] < 0 || c.block_table[b] >= num_blocks) {
         return absl::InvalidArgumentError(
             absl::StrCat("chunk ", i, " names block ", c.block_table[b],
@@ -341,10 +379,17 @@ void CpuBackend::WidenContexts(const ForwardBatch& batch, int layer) {
       const int64_t j = item - part->first;
       const BlockId block = c.block_table[j / bs];
       for (const KvHalf half : {KvHalf::kKey, KvHalf::kValue}) {
-        const uint8_t* slot = pool_->Slot(layer, block, half, j % bs);
+        // A freed block's positions are masked (Validate): zeros, which
+        // their zero probabilities leave at zero.
+        const uint8_t* slot = block == kNoBlock
+                                  ? nullptr
+                                  : pool_->Slot(layer, block, half, j % bs);
         for (int kvh = 0; kvh < kv_heads; ++kvh) {
           const uint16_t* h16;
-          if (fp8_kv_) {
+          if (slot == nullptr) {
+            std::fill(row16.begin(), row16.end(), uint16_t{0});
+            h16 = row16.data();
+          } else if (fp8_kv_) {
             kernels::Fp8E4M3ToFp16Row(slot + int64_t{kvh} * d, d, row16.data());
             h16 = row16.data();
           } else {
@@ -430,7 +475,22 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
                   tokens_[t].pos < c.prompt_length
               ? kernels::F16DotOrder::kTinyBlas
               : kernels::F16DotOrder::kVecDot;
-      const int32_t n_ctx = tokens_[t].pos + 1;  // causal: positions <= pos
+      const int32_t pos = tokens_[t].pos;
+      // Causal, and within the layer's sliding window and the chunk's
+      // attention sinks: keys [sink_begin, sink_end) and [recent_begin, pos].
+      // A testing mask replaces those rules: every key [0, pos] is read.
+      const bool testing_mask = testing_attention_mask_ != nullptr;
+      const AttendedKeys attended =
+          testing_mask ? AttendedKeys{}
+                       : KeysAttended(pos, config_.LayerWindow(layer),
+                                      c.attention_sinks, c.sink_window);
+      const WidenedContext& wide = widened_chunks_[tokens_[t].chunk];
+      // The widened path scores every position [0, pos] and masks the ones
+      // not attended with -inf; the gathered path reads only those attended.
+      const int32_t n_ctx = wide.offset >= 0 ? pos + 1 : attended.count(pos);
+      // Scores of keys [0, n_ctx) at positions [0, pos] that are not
+      // attended.
+      const bool mask_scores = n_ctx != attended.count(pos) || testing_mask;
       // llama.cpp's KV window is padded (to 256 cells) and masked with
       // -inf; softmax works in chunks of 16, so padding to 16 is enough
       // for the same sums.
@@ -449,6 +509,14 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       auto softmax = [&](int g) {
         float* sc = scores.data() + int64_t{g} * n_pad;
         float* pr = probs.data() + int64_t{g} * n_pad;
+        if (mask_scores) {
+          for (int32_t j = 0; j < n_ctx; ++j) {
+            if (testing_mask ? !testing_attention_mask_(layer, pos, j)
+                             : !attended.Attends(j)) {
+              sc[j] = -std::numeric_limits<float>::infinity();
+            }
+          }
+        }
         const float max_score = kernels::MaxScore(n_ctx, sc);
         for (int32_t j = n_ctx; j < n_pad; ++j) {
           sc[j] = -std::numeric_limits<float>::infinity();
@@ -459,7 +527,6 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
         kernels::ScaleToF16Precision(n_ctx, inv, pr);
         return pr;
       };
-      const WidenedContext& wide = widened_chunks_[tokens_[t].chunk];
       if (wide.offset >= 0) {
         // The prompt's context, widened once for the layer: all the item's
         // query heads in one pass over the keys and one over the values.
@@ -482,11 +549,15 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       krows.resize(n_ctx);
       vrows.resize(n_ctx);
       if (fp8_kv_) widened.resize(int64_t{2} * n_ctx * d);
+      const int32_t sinks = attended.sink_end - attended.sink_begin;
       for (int32_t j = 0; j < n_ctx; ++j) {
-        const BlockId block = c.block_table[j / bs];
-        const uint8_t* key = pool_->Slot(layer, block, KvHalf::kKey, j % bs);
+        // Row j of the gathered rows is key position kp.
+        const int32_t kp = j < sinks ? attended.sink_begin + j
+                                     : attended.recent_begin + (j - sinks);
+        const BlockId block = c.block_table[kp / bs];
+        const uint8_t* key = pool_->Slot(layer, block, KvHalf::kKey, kp % bs);
         const uint8_t* value =
-            pool_->Slot(layer, block, KvHalf::kValue, j % bs);
+            pool_->Slot(layer, block, KvHalf::kValue, kp % bs);
         if (fp8_kv_) {
           uint16_t* k16 = widened.data() + int64_t{2 * j} * d;
           uint16_t* v16 = k16 + d;

@@ -30,6 +30,7 @@
 #define PDSERVE_ENGINE_CPU_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <utility>
@@ -73,6 +74,14 @@ struct CpuBackendOptions {
   // memory); the copy costs 98 MB for the default model and about 0.1 s at
   // start.
   bool pack_weights = true;
+  // Testing only: when set, replaces the sliding-window and attention-sink
+  // rules. Every query attends the keys [0, pos] for which it returns true
+  // (the rest are masked with -inf before the softmax, as llama.cpp masks),
+  // all read from the cache, so no block may be a hole. The reference that
+  // window and sink tests compare the real rules against. Called from the
+  // forward pass's threads: it must be a pure function.
+  std::function<bool(int layer, int32_t query_pos, int32_t key_pos)>
+      testing_attention_mask = nullptr;
 };
 
 class CpuBackend : public ForwardBackend {
@@ -148,6 +157,7 @@ class CpuBackend : public ForwardBackend {
   // stored, widened to fp16 exactly when read, so attention's arithmetic is
   // the fp16 cache's on the rounded values.
   const bool fp8_kv_;
+  const std::function<bool(int, int32_t, int32_t)> testing_attention_mask_;
   // Packed copies of the layer matrices and the output head, by their
   // weights' address.
   absl::flat_hash_map<const uint8_t*, std::unique_ptr<kernels::PackedMatrix>>

@@ -17,6 +17,7 @@
 #ifndef PDSERVE_ENGINE_FORWARD_BACKEND_H_
 #define PDSERVE_ENGINE_FORWARD_BACKEND_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -39,7 +40,10 @@ struct SequenceChunk {
   absl::Span<const int32_t> tokens;
   int32_t start_pos = 0;
   // Blocks holding positions [0, start_pos + tokens.size()): position p
-  // lives in block_table[p / block_size], slot p % block_size.
+  // lives in block_table[p / block_size], slot p % block_size. An entry
+  // may be kNoBlock (a block freed because it fell out of every layer's
+  // window or between the sinks and the window) when no new token of the
+  // chunk attends any position in it, in any layer.
   absl::Span<const BlockId> block_table;
   LogitsMode logits = LogitsMode::kLast;
   // Positions below this are the sequence's prompt; the rest were
@@ -47,7 +51,41 @@ struct SequenceChunk {
   // follows llama.cpp's prompt and decode arithmetic), so it must be the
   // same whatever the chunking.
   int32_t prompt_length = 0;
+  // Attention sinks (StreamingLLM), off when sink_window is 0: a query at
+  // position p attends only the first attention_sinks positions and the
+  // last sink_window ones (p - k < sink_window), so positions may then run
+  // past the model's context. See KeysAttended.
+  int32_t attention_sinks = 0;
+  int32_t sink_window = 0;
 };
+
+// The keys a query at position `pos` attends in a layer whose sliding
+// window is `layer_window` (0: none; ModelConfig::LayerWindow), given the
+// chunk's attention sinks: [sink_begin, sink_end) and [recent_begin, pos].
+// The two are disjoint and ordered (sink_end <= recent_begin). With neither
+// a window nor sinks that is every position [0, pos]. A layer window and
+// sinks together: the sinks too must be inside the layer's window (the
+// model never saw keys older than its window).
+struct AttendedKeys {
+  int32_t sink_begin = 0;
+  int32_t sink_end = 0;
+  int32_t recent_begin = 0;
+
+  int32_t count(int32_t pos) const {
+    return sink_end - sink_begin + (pos + 1 - recent_begin);
+  }
+  bool Attends(int32_t key) const {
+    return (key >= sink_begin && key < sink_end) || key >= recent_begin;
+  }
+};
+inline AttendedKeys KeysAttended(int32_t pos, int32_t layer_window,
+                                 int32_t attention_sinks, int32_t sink_window) {
+  // llama.cpp's standard SWA masks a key when pos - key >= n_swa.
+  const int32_t lo = layer_window > 0 ? std::max(0, pos - layer_window + 1) : 0;
+  if (sink_window <= 0) return {lo, lo, lo};
+  const int32_t recent = std::max(lo, pos - sink_window + 1);
+  return {lo, std::min(std::max(attention_sinks, lo), recent), recent};
+}
 
 struct ForwardBatch {
   std::vector<SequenceChunk> chunks;

@@ -53,6 +53,12 @@ ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS");
 ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
 ABSL_FLAG(int32_t, kv_cache_mib, 256, "KV cache size in MiB");
 ABSL_FLAG(int32_t, batch_tokens, 512, "Most tokens per forward pass");
+ABSL_FLAG(int32_t, attention_sinks, 0,
+          "Attention sinks (StreamingLLM): leading tokens always attended; "
+          "needs --sink_window. Changes outputs (docs/engine.md)");
+ABSL_FLAG(int32_t, sink_window, 0,
+          "With attention sinks: recent tokens attended; > 0 turns sinks on "
+          "and lets generation run past the context in bounded KV");
 ABSL_FLAG(int32_t, logprobs, 0,
           "With --json: the N most likely alternatives (with log-probabilities "
           "of the raw logits) for every generated token, 0..20");
@@ -187,6 +193,8 @@ int Main() {
     std::cerr << "pd-generate: " << spec.message() << "\n";
     return 2;
   }
+  options.runner.attention_sinks = absl::GetFlag(FLAGS_attention_sinks);
+  options.runner.sink_window = absl::GetFlag(FLAGS_sink_window);
   absl::StatusOr<std::unique_ptr<engine::LlmEngine>> created =
       engine::LlmEngine::Create(m, options);
   if (!created.ok()) {

@@ -145,12 +145,6 @@ absl::Status KvBlockManager::Reserve(SeqId id, int32_t total_tokens) {
         absl::StrCat("KvBlockManager::Reserve: sequence ", id,
                      ": total_tokens must be >= 0, got ", total_tokens));
   }
-  if (BlocksForTokens(total_tokens) > num_total_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KvBlockManager::Reserve: sequence ", id, ": ", total_tokens,
-        " tokens need ", BlocksForTokens(total_tokens),
-        " blocks, more than the pool's ", num_total_));
-  }
   absl::MutexLock lock(&mu_);
   auto it = seqs_.find(id);
   if (it == seqs_.end()) {
@@ -160,6 +154,12 @@ absl::Status KvBlockManager::Reserve(SeqId id, int32_t total_tokens) {
   Sequence& seq = it->second;
   const int32_t needed = BlocksNeededLocked(seq, total_tokens);
   if (needed == 0) return absl::OkStatus();
+  if (int64_t{seq.resident_blocks()} + needed > num_total_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvBlockManager::Reserve: sequence ", id, ": ", total_tokens,
+        " tokens need ", int64_t{seq.resident_blocks()} + needed,
+        " blocks, more than the pool's ", num_total_));
+  }
   const int32_t unallocated = pool_->num_free();
   if (needed > unallocated + num_evictable_) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -192,13 +192,13 @@ int32_t KvBlockManager::BlocksNeeded(SeqId id, int32_t total_tokens) const {
 }
 
 bool KvBlockManager::CanReserve(SeqId id, int32_t total_tokens) const {
-  if (total_tokens < 0 || BlocksForTokens(total_tokens) > num_total_) {
-    return false;
-  }
+  if (total_tokens < 0) return false;
   absl::MutexLock lock(&mu_);
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return false;
-  return BlocksNeededLocked(it->second, total_tokens) <= NumFreeLocked();
+  const int32_t needed = BlocksNeededLocked(it->second, total_tokens);
+  return needed <= NumFreeLocked() &&
+         int64_t{it->second.resident_blocks()} + needed <= num_total_;
 }
 
 absl::Status KvBlockManager::MarkComputed(SeqId id,
@@ -236,6 +236,11 @@ absl::Status KvBlockManager::MarkComputed(SeqId id,
         seq.last_key,
         tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
     const BlockId b = seq.blocks[i];
+    if (b == kNoBlock) {  // freed (FreeBlocks) after it was computed
+      seq.last_key = key;
+      seq.num_hashed_blocks = i + 1;
+      continue;
+    }
     BlockState& state = blocks_[b];
     // A block past the prefix hit was allocated fresh for this sequence, so
     // it is never cached yet; the check only guards the invariants.
@@ -302,7 +307,8 @@ bool KvBlockManager::FreeSequence(SeqId id) {
   absl::MutexLock lock(&mu_);
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return false;
-  const std::vector<BlockId>& table = it->second.blocks;
+  std::vector<BlockId>& table = it->second.blocks;
+  std::erase(table, kNoBlock);
   NoteInternalError(pool_->Release(table));
   // Back to front: the sequence's last block becomes the least recently
   // used, so eviction trims prefixes from their end.
@@ -312,6 +318,33 @@ bool KvBlockManager::FreeSequence(SeqId id) {
   }
   seqs_.erase(it);
   return true;
+}
+
+absl::StatusOr<int32_t> KvBlockManager::FreeBlocks(SeqId id,
+                                                   int32_t begin_block,
+                                                   int32_t end_block) {
+  absl::MutexLock lock(&mu_);
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("KvBlockManager::FreeBlocks: no sequence ", id));
+  }
+  std::vector<BlockId>& table = it->second.blocks;
+  const int32_t begin = std::max(begin_block, 0);
+  const int32_t end = std::min(end_block, static_cast<int32_t>(table.size()));
+  int32_t freed = 0;
+  // Back to front, as FreeSequence: later blocks are evicted first.
+  for (int32_t i = end - 1; i >= begin; --i) {
+    const BlockId b = table[i];
+    if (b == kNoBlock) continue;
+    NoteInternalError(pool_->Release({b}));
+    BlockState& state = blocks_[b];
+    if (--state.seq_refs == 0 && state.cached) LruPushBack(b);
+    table[i] = kNoBlock;
+    ++freed;
+  }
+  it->second.num_holes += freed;
+  return freed;
 }
 
 int32_t KvBlockManager::CountCachedPrefixBlocks(
@@ -345,7 +378,8 @@ void KvBlockManager::ClearCache() {
 
 void KvBlockManager::Reset() {
   absl::MutexLock lock(&mu_);
-  for (const auto& [id, seq] : seqs_) {
+  for (auto& [id, seq] : seqs_) {
+    std::erase(seq.blocks, kNoBlock);
     NoteInternalError(pool_->Release(seq.blocks));
     for (const BlockId b : seq.blocks) --blocks_[b].seq_refs;
   }
@@ -451,13 +485,23 @@ absl::Status KvBlockManager::CheckInvariants() const {
 
   std::vector<int32_t> seq_refs(num_total_, 0);
   for (const auto& [id, seq] : seqs_) {
+    int32_t holes = 0;
     for (const BlockId b : seq.blocks) {
+      if (b == kNoBlock) {
+        ++holes;
+        continue;
+      }
       if (b < 0 || b >= num_total_) {
         return fail("sequence ", id, " holds block ", b, " out of range");
       }
       ++seq_refs[b];
     }
+    if (holes != seq.num_holes) {
+      return fail("sequence ", id, " has ", holes, " holes, counted ",
+                  seq.num_holes);
+    }
     std::vector<BlockId> sorted = seq.blocks;
+    std::erase(sorted, kNoBlock);
     std::sort(sorted.begin(), sorted.end());
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
       return fail("sequence ", id, " holds a block twice");

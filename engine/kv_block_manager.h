@@ -125,12 +125,13 @@ class KvBlockManager {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Grows the block table of `id` to hold `total_tokens` tokens (never
-  // shrinks it), taking free blocks and, when those run short, evicting
-  // cached blocks no sequence holds, least recently used first.
-  // All-or-nothing: RESOURCE_EXHAUSTED (message gives needed, free and
-  // evictable counts) when the blocks are not available now, and nothing
-  // changes. NOT_FOUND for an unknown id; INVALID_ARGUMENT for a negative
-  // count or one needing more blocks than the whole pool (it can never fit).
+  // shrinks it; holes left by FreeBlocks stay holes), taking free blocks and,
+  // when those run short, evicting cached blocks no sequence holds, least
+  // recently used first. All-or-nothing: RESOURCE_EXHAUSTED (message gives
+  // needed, free and evictable counts) when the blocks are not available now,
+  // and nothing changes. NOT_FOUND for an unknown id; INVALID_ARGUMENT for a
+  // negative count or one whose blocks, holes aside, outnumber the whole pool
+  // (it can never fit).
   absl::Status Reserve(SeqId id, int32_t total_tokens) ABSL_LOCKS_EXCLUDED(mu_);
 
   // New blocks Reserve(id, total_tokens) would take: 0 when the table
@@ -177,6 +178,20 @@ class KvBlockManager {
   // Returns false (and does nothing) for an unknown id.
   bool FreeSequence(SeqId id) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Frees entries [begin_block, end_block) of the block table of `id`, which
+  // become holes (kNoBlock) that keep later positions where they are: for
+  // blocks no query of the sequence will read again (out of a sliding
+  // window, or between attention sinks and the recent window). A cached
+  // block becomes evictable when no other sequence holds it, as on
+  // FreeSequence; its prefix-cache entry stays valid (its KV is unchanged).
+  // A prefix hit only ever shares a run of cached blocks from the first
+  // one on, so a sequence never receives a hole from the cache. Entries
+  // already holes are skipped; the range is clipped to the table. Returns
+  // the number of blocks freed; NOT_FOUND for an unknown id.
+  absl::StatusOr<int32_t> FreeBlocks(SeqId id, int32_t begin_block,
+                                     int32_t end_block)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // How many leading full blocks of `tokens` are cached (no cap, no side
   // effects, LRU order untouched). 0 when prefix caching is off.
   int32_t CountCachedPrefixBlocks(absl::Span<const int32_t> tokens) const
@@ -214,8 +229,6 @@ class KvBlockManager {
   KvBlockManagerStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  static constexpr BlockId kNoBlock = -1;
-
   struct Sequence {
     std::vector<BlockId> blocks;
     int32_t num_cached_tokens = 0;
@@ -224,6 +237,12 @@ class KvBlockManager {
     // MarkComputed), and the key of the last of them (the seed of the next).
     int32_t num_hashed_blocks = 0;
     uint64_t last_key = 0;
+    // Entries of `blocks` that are holes (FreeBlocks).
+    int32_t num_holes = 0;
+
+    int32_t resident_blocks() const {
+      return static_cast<int32_t>(blocks.size()) - num_holes;
+    }
   };
 
   struct BlockState {

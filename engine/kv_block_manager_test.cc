@@ -404,6 +404,62 @@ TEST(KvBlockManagerTest, DuplicateKeyKeepsTheExistingEntry) {
   EXPECT_TRUE(m->CheckInvariants().ok());
 }
 
+// FreeBlocks (sliding windows, attention sinks) leaves holes that keep
+// later positions in place: cached blocks become evictable, others free;
+// holes count for no block of the pool, so a long sequence with holes may
+// reach past the pool's size; hits never hand out a hole.
+TEST(KvBlockManagerTest, FreedBlocksBecomeHoles) {
+  auto m = Make(8, 4);
+  AddComputed(*m, 1, Range(0, 16));  // 4 full cached blocks
+  ASSERT_TRUE(m->Reserve(1, 20).ok());
+  const std::vector<BlockId> before = m->CopyBlockTable(1);
+  absl::StatusOr<int32_t> freed = m->FreeBlocks(1, 0, 2);
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_EQ(*freed, 2);
+  EXPECT_THAT(m->CopyBlockTable(1),
+              ElementsAre(kNoBlock, kNoBlock, before[2], before[3], before[4]));
+  EXPECT_EQ(m->num_used_blocks(), 3);
+  EXPECT_EQ(m->num_evictable_blocks(), 2);
+  EXPECT_EQ(m->num_cached_blocks(), 4);
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
+  // Holes are skipped; the range is clipped to the table.
+  EXPECT_EQ(*m->FreeBlocks(1, -3, 3), 1);
+  EXPECT_EQ(*m->FreeBlocks(1, 0, 3), 0);
+  EXPECT_EQ(m->FreeBlocks(9, 0, 1).status().code(),
+            absl::StatusCode::kNotFound);
+  // 40 tokens are 10 table entries, more than the pool's 8, but only 7 of
+  // them blocks; 44 take the eighth, 45 would need a ninth.
+  ASSERT_TRUE(m->CanReserve(1, 40));
+  ASSERT_TRUE(m->Reserve(1, 40).ok());
+  EXPECT_EQ(m->CopyBlockTable(1).size(), 10u);
+  EXPECT_EQ(m->num_used_blocks(), 7);
+  EXPECT_EQ(m->Reserve(1, 44).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(m->Reserve(1, 45).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m->MarkComputed(1, Range(0, 40), 40).ok());
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
+  // Another sequence with the same prefix shares only a run of cached
+  // blocks from the first on, never a hole.
+  ASSERT_TRUE(m->AddSequence(2, Range(0, 41)).ok());
+  for (BlockId b : m->CopyBlockTable(2)) EXPECT_NE(b, kNoBlock);
+  EXPECT_EQ(m->num_cached_tokens(2),
+            4 * static_cast<int32_t>(m->CopyBlockTable(2).size()));
+  ASSERT_TRUE(m->FreeSequence(1));
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
+  ASSERT_TRUE(m->FreeSequence(2));
+  EXPECT_EQ(m->num_used_blocks(), 0);
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
+
+  // Without prefix caching a freed block is free at once.
+  auto plain = Make(4, 4, /*prefix_cache=*/false);
+  ASSERT_TRUE(plain->AddSequence(1, Range(0, 16)).ok());
+  ASSERT_TRUE(plain->Reserve(1, 16).ok());
+  EXPECT_EQ(*plain->FreeBlocks(1, 0, 2), 2);
+  EXPECT_EQ(plain->num_free_blocks(), 2);
+  plain->Reset();
+  EXPECT_EQ(plain->num_free_blocks(), 4);
+  ASSERT_TRUE(plain->CheckInvariants().ok()) << plain->CheckInvariants();
+}
+
 TEST(KvBlockManagerTest, ClearCacheAndReset) {
   auto m = Make(8, 2);
   ASSERT_NO_FATAL_FAILURE(AddComputed(*m, 1, Range(0, 4)));

@@ -107,7 +107,7 @@ absl::StatusOr<RequestId> LlmEngine::AddRequest(EngineRequest request) {
   stream_options.tokenizer = &model_.tokenizer();
   stream_options.sampling = request.sampling;
   stream_options.eos_ids = eos_ids_;
-  stream_options.context_length = runner_->context_length();
+  stream_options.context_length = runner_->sequence_limit();
   stream_options.vocab_size = vocab;
   PD_ASSIGN_OR_RETURN(
       r->stream,
@@ -442,7 +442,7 @@ void LlmEngine::ProposeDrafts(int32_t budget) {
     int32_t k = r.draft_length->Next();
     // Room for the draft and the token after it, in the context and in
     // max_tokens (a pass emits up to k + 1 tokens).
-    k = std::min(k, runner_->context_length() - size - 1);
+    k = std::min<int64_t>(k, int64_t{runner_->sequence_limit()} - size - 1);
     const int32_t generated =
         static_cast<int32_t>(r.stream->generated().size());
     if (r.stream->sampling().max_tokens.has_value()) {

@@ -17,6 +17,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     return absl::InvalidArgumentError(
         "block_size and max_batch_tokens must be positive");
   }
+  if (options.attention_sinks < 0 || options.sink_window < 0 ||
+      (options.attention_sinks > 0 && options.sink_window == 0)) {
+    return absl::InvalidArgumentError(
+        "attention_sinks and sink_window must be >= 0, and sinks need a "
+        "sink_window");
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(model, options));
   const model::ModelConfig& c = model.config();
   v1::KvLayout& l = r->layout_;
@@ -46,6 +52,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   backend_options.num_threads = options.num_threads;
   backend_options.llamacpp_prompt_numerics = options.llamacpp_prompt_numerics;
   backend_options.pack_weights = options.pack_weights;
+  backend_options.testing_attention_mask = options.testing_attention_mask;
   PD_ASSIGN_OR_RETURN(
       r->backend_,
       CpuBackend::Create(c, model.weights(), std::move(pool), backend_options));
@@ -86,6 +93,7 @@ absl::StatusOr<int32_t> ModelRunner::AddSequence(
   s.tokens.reserve(max_sequence_tokens_);
   s.tokens.assign(prompt.begin(), prompt.end());
   s.num_computed = cached;
+  s.registered_length = static_cast<int32_t>(prompt.size());
   s.prompt_length =
       prompt_length < 0
           ? static_cast<int32_t>(prompt.size())
@@ -106,11 +114,12 @@ absl::Status ModelRunner::AppendToken(SeqId id, int32_t token) {
     return absl::FailedPreconditionError(absl::StrCat(
         "sequence ", id, " has an unresolved draft; ResolveDraft first"));
   }
-  if (static_cast<int64_t>(it->second.tokens.size()) >= context_length()) {
+  if (static_cast<int64_t>(it->second.tokens.size()) >= sequence_limit()) {
     return absl::OutOfRangeError(absl::StrCat(
         "sequence ", id, " has reached the context length ", context_length()));
   }
-  it->second.tokens.push_back(token);  // within the reserved context
+  // Within the reserved context (past it only with attention sinks).
+  it->second.tokens.push_back(token);
   return absl::OkStatus();
 }
 
@@ -121,7 +130,7 @@ absl::Status ModelRunner::AppendDraft(SeqId id,
     return absl::NotFoundError(absl::StrCat("no sequence ", id));
   }
   Sequence& s = it->second;
-  if (static_cast<int64_t>(s.tokens.size() + draft.size()) > context_length()) {
+  if (static_cast<int64_t>(s.tokens.size() + draft.size()) > sequence_limit()) {
     return absl::OutOfRangeError(
         absl::StrCat("a draft of ", draft.size(), " tokens takes sequence ", id,
                      " past the context length ", context_length()));
@@ -227,6 +236,8 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
     chunk.block_table = table_scratch_[i];
     chunk.logits = item.logits;
     chunk.prompt_length = s.prompt_length;
+    chunk.attention_sinks = options_.attention_sinks;
+    chunk.sink_window = options_.sink_window;
     batch.chunks.push_back(chunk);
   }
   const absl::Status forward = backend_->Forward(batch, logits);
@@ -246,6 +257,53 @@ absl::Status ModelRunner::Run(absl::Span<const StepItem> items,
     const int32_t verified = std::min(
         s.num_computed, static_cast<int32_t>(s.tokens.size()) - s.num_draft);
     PD_RETURN_IF_ERROR(blocks_->MarkComputed(item.id, s.tokens, verified));
+    PD_RETURN_IF_ERROR(FreeBlocksOutOfWindow(item.id, s));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::FreeBlocksOutOfWindow(SeqId id, Sequence& s) {
+  if ((!streaming() && model_.config().sliding_window == 0) ||
+      s.num_computed <= s.registered_length) {
+    return absl::OkStatus();
+  }
+  // Queries to come are at positions >= next. A layer's attended set
+  // (engine/forward_backend.h) only moves forward as the query does: its
+  // window starts no earlier, and its sinks end no earlier but never past
+  // attention_sinks. So every key position that a query at `next` or later
+  // attends lies in [sink_begin, attention_sinks) or [recent_begin, ...)
+  // of `next`'s set; the union over layers is kept, whole blocks outside it
+  // are freed.
+  // A pending draft may be rolled back: the next query can be as early as
+  // its first position.
+  const int32_t next = std::min(
+      s.num_computed, static_cast<int32_t>(s.tokens.size()) - s.num_draft);
+  const model::ModelConfig& c = model_.config();
+  int32_t sink_begin = INT32_MAX, recent_begin = INT32_MAX;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const AttendedKeys k = KeysAttended(
+        next, c.LayerWindow(l), options_.attention_sinks, options_.sink_window);
+    sink_begin = std::min(sink_begin, k.sink_begin);
+    recent_begin = std::min(recent_begin, k.recent_begin);
+  }
+  const int32_t sink_end =
+      std::max(sink_begin, std::min(options_.attention_sinks, recent_begin));
+  const int32_t bs = options_.block_size;
+  // Blocks wholly below the sinks' start, and wholly between the sinks'
+  // end and the recent window's start.
+  // Both ranges only grow (the gap's start stops at the sinks' last block):
+  // each step frees only what is new since the last.
+  const int32_t low_end = sink_begin / bs;
+  if (low_end > s.freed_low_end) {
+    PD_RETURN_IF_ERROR(
+        blocks_->FreeBlocks(id, s.freed_low_end, low_end).status());
+    s.freed_low_end = low_end;
+  }
+  const int32_t gap_first = std::max((sink_end + bs - 1) / bs, s.freed_gap_end);
+  const int32_t gap_end = recent_begin / bs;
+  if (gap_end > gap_first) {
+    PD_RETURN_IF_ERROR(blocks_->FreeBlocks(id, gap_first, gap_end).status());
+    s.freed_gap_end = gap_end;
   }
   return absl::OkStatus();
 }
@@ -358,7 +416,7 @@ absl::Status ModelRunner::Decode(absl::Span<const SeqId> ids,
     }
     // Checked here too (AppendToken checks again), so that a full context
     // takes no block past it.
-    if (static_cast<int64_t>(it->second.tokens.size()) >= context_length()) {
+    if (static_cast<int64_t>(it->second.tokens.size()) >= sequence_limit()) {
       return absl::OutOfRangeError(
           absl::StrCat("sequence ", id, " has reached the context length ",
                        context_length()));

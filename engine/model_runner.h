@@ -59,11 +59,27 @@ struct ModelRunnerOptions {
   // rounded to fp8). Part of the KV layout, so prefill and decode workers
   // must agree (a transfer between different layouts is refused).
   v1::KvDtype kv_dtype = v1::KV_DTYPE_F16;
+  // Attention sinks (StreamingLLM), off when sink_window is 0 (the
+  // default). When on, every query attends only the first attention_sinks
+  // positions of its sequence and its last sink_window ones, the blocks in
+  // between are freed as the sequence grows, and a sequence may generate
+  // past the model's context length with bounded KV (about attention_sinks
+  // + sink_window tokens). This changes outputs: the model no longer sees
+  // the middle of the sequence, and positions past the context were never
+  // trained. Stored keys keep their original RoPE positions (no
+  // re-rotation within the cache as the StreamingLLM paper does), so
+  // positions past the context are rotated by angles the model never saw.
+  // A prompt must still fit the context. docs/engine.md.
+  int32_t attention_sinks = 0;
+  int32_t sink_window = 0;
   // Testing only: every forward pass also sleeps pass_delay plus
   // token_delay per token it computes. Tests of scaling use it to stand in
   // for hardware whose capacity grows with the number of workers, which two
   // shared cores cannot give: a sleeping worker leaves the CPU to the
   // others. Zero (the default) adds nothing.
+  // Testing only: see CpuBackendOptions::testing_attention_mask.
+  std::function<bool(int layer, int32_t query_pos, int32_t key_pos)>
+      testing_attention_mask = nullptr;
   absl::Duration testing_pass_delay = absl::ZeroDuration();
   absl::Duration testing_token_delay = absl::ZeroDuration();
 };
@@ -175,6 +191,11 @@ class ModelRunner {
   const model::Model& model() const { return model_; }
   int32_t vocab_size() const { return model_.config().vocab_size; }
   int32_t context_length() const { return model_.config().context_length; }
+  // The most tokens (prompt and generated) a sequence may reach: the
+  // context, or no limit with attention sinks.
+  int32_t sequence_limit() const {
+    return streaming() ? INT32_MAX : context_length();
+  }
   int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
   int num_threads() const { return backend_->num_threads(); }
   KvBlockManager& blocks() { return *blocks_; }
@@ -193,7 +214,24 @@ class ModelRunner {
     // by Run but never marked computed in the block manager, so no block
     // holding them enters the prefix cache.
     int32_t num_draft = 0;
+    // Tokens it was registered with (prompt, or prompt and earlier output
+    // when resuming). Blocks out of the attention window are freed only
+    // once a token past these is computed: until then a prefill worker may
+    // still read every block of the prompt to send it.
+    int32_t registered_length = 0;
+    // Block-table entries FreeBlocksOutOfWindow has freed: [0,
+    // freed_low_end) and, between the sinks and the window, up to
+    // freed_gap_end.
+    int32_t freed_low_end = 0;
+    int32_t freed_gap_end = 0;
   };
+
+  bool streaming() const { return options_.sink_window > 0; }
+  // Frees the blocks of `id` that no query at a position >= num_computed
+  // attends in any layer (sliding windows, attention sinks): called after
+  // each forward pass. Nothing for a sequence still within its registered
+  // tokens, or when a layer attends the whole context.
+  absl::Status FreeBlocksOutOfWindow(SeqId id, Sequence& s);
 
   ModelRunner(const model::Model& model, const ModelRunnerOptions& options)
       : model_(model), options_(options) {}

@@ -511,3 +511,44 @@ TEST(SpeculativeDefaultModelTest, GreedyOutputEqualsPlainDecoding) {
 
 }  // namespace
 }  // namespace pdserve::engine
+
+namespace pdserve::engine {
+namespace {
+
+TEST(SpeculativeSlidingWindowTest, GreedyOutputEqualsPlainDecoding) {
+  // Drafts roll back across blocks freed out of the window: the rollback
+  // must not lose a block a kept position still attends.
+  model::TinyModelOptions o;
+  o.num_layers = 2;
+  o.sliding_window = 10;
+  const std::string path = TempPath("spec_window.gguf");
+  ASSERT_TRUE(model::WriteTinyModel(o, path).ok());
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto run = [&](Method method) {
+    EngineOptions e;
+    e.runner.block_size = 4;
+    e.runner.num_blocks = 128;
+    e.speculative.method = method;
+    e.speculative.num_tokens = 6;
+    auto engine = LlmEngine::Create(**m, e);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    std::vector<EngineRequest> requests;
+    for (int i = 0; i < 3; ++i) {
+      requests.push_back(
+          Greedy(RepetitivePrompt((*m)->config().vocab_size, i, 30), 60));
+    }
+    auto results = RunAll(**engine, requests);
+    return std::make_pair(results, (*engine)->stats());
+  };
+  const auto [plain, unused] = run(Method::kNone);
+  const auto [spec, stats] = run(Method::kNgram);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i;
+  }
+  EXPECT_GT(stats.spec_accepted_tokens, 0);
+  EXPECT_LT(stats.spec_accepted_tokens, stats.spec_drafted_tokens);
+}
+
+}  // namespace
+}  // namespace pdserve::engine

@@ -25,6 +25,10 @@ ABSL_FLAG(int32_t, heads, 4, "Query heads");
 ABSL_FLAG(int32_t, kv_heads, 2, "KV heads");
 ABSL_FLAG(bool, tied, true, "Tie the output to the token embedding");
 ABSL_FLAG(bool, rope_freqs, false, "Add a llama3-style rope_freqs tensor");
+ABSL_FLAG(int32_t, sliding_window, 0,
+          "Declare sliding-window attention of this many tokens (0: none)");
+ABSL_FLAG(int32_t, sliding_window_pattern, 0,
+          "With --sliding_window: every Nth layer attends the whole context");
 ABSL_FLAG(uint64_t, seed, 1, "Weights seed");
 
 int main(int argc, char** argv) {
@@ -55,6 +59,8 @@ int main(int argc, char** argv) {
   o.tied_output = absl::GetFlag(FLAGS_tied);
   o.rope_freq_factors = absl::GetFlag(FLAGS_rope_freqs);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.sliding_window = absl::GetFlag(FLAGS_sliding_window);
+  o.sliding_window_pattern = absl::GetFlag(FLAGS_sliding_window_pattern);
   if (!absl::GetFlag(FLAGS_preset).empty()) {
     auto preset = pdserve::model::TinyModelPreset(absl::GetFlag(FLAGS_preset));
     if (!preset.ok()) {

@@ -115,6 +115,20 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
     c.rope_freq_scale = 1.0f / factor;
   }
 
+  PD_ASSIGN_OR_RETURN(uint32_t window,
+                      Optional<uint32_t>(file, a + "attention.sliding_window",
+                                         0u, &GgufFile::GetU32));
+  PD_ASSIGN_OR_RETURN(
+      uint32_t window_pattern,
+      Optional<uint32_t>(file, a + "attention.sliding_window_pattern", 0u,
+                         &GgufFile::GetU32));
+  if (window > static_cast<uint32_t>(INT32_MAX) ||
+      window_pattern > static_cast<uint32_t>(INT32_MAX)) {
+    return Invalid(file, "attention.sliding_window out of range");
+  }
+  c.sliding_window = static_cast<int32_t>(window);
+  c.sliding_window_pattern = static_cast<int32_t>(window_pattern);
+
   // Vocabulary size: the explicit key, else the token list.
   if (file.HasMetadata(a + "vocab_size")) {
     PD_ASSIGN_OR_RETURN(uint32_t vocab, file.GetU32(a + "vocab_size"));

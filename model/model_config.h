@@ -52,9 +52,27 @@ struct ModelConfig {
   int32_t rope_dims = 0;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   bool has_qkv_bias = false;
+  // Sliding-window attention ("{arch}.attention.sliding_window", llama.cpp's
+  // key; 0 or absent: full attention). A query at position p attends the
+  // keys k with p - k < sliding_window, itself included: llama.cpp's
+  // standard SWA masks when p - k >= n_swa. Which layers are windowed:
+  // every one, unless "{arch}.attention.sliding_window_pattern" (uint32 N,
+  // as llama.cpp's Gemma 2/3 use it) is present, in which case layer l is
+  // windowed when l % N < N - 1 (every Nth layer attends the whole context).
+  int32_t sliding_window = 0;
+  int32_t sliding_window_pattern = 0;
 
   int32_t q_size() const { return num_heads * head_dim; }
   int32_t kv_size() const { return num_kv_heads * head_dim; }
+  // The window of layer `layer` (0: the whole context).
+  int32_t LayerWindow(int layer) const {
+    if (sliding_window <= 0) return 0;
+    if (sliding_window_pattern > 1 &&
+        layer % sliding_window_pattern == sliding_window_pattern - 1) {
+      return 0;
+    }
+    return sliding_window;
+  }
 
   // Reads and validates the metadata. Errors name the file and the key.
   static absl::StatusOr<ModelConfig> FromGguf(const GgufFile& file);

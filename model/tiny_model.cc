@@ -238,6 +238,15 @@ absl::Status WriteTinyModel(const TinyModelOptions& o,
                                     static_cast<uint32_t>(o.num_kv_heads)));
   PD_RETURN_IF_ERROR(
       w->AddMetadata(a + "attention.layer_norm_rms_epsilon", 1e-5f));
+  if (o.sliding_window > 0) {
+    PD_RETURN_IF_ERROR(w->AddMetadata(a + "attention.sliding_window",
+                                      static_cast<uint32_t>(o.sliding_window)));
+  }
+  if (o.sliding_window_pattern > 0) {
+    PD_RETURN_IF_ERROR(
+        w->AddMetadata(a + "attention.sliding_window_pattern",
+                       static_cast<uint32_t>(o.sliding_window_pattern)));
+  }
   PD_RETURN_IF_ERROR(w->AddMetadata(a + "rope.freq_base", o.rope_freq_base));
   PD_RETURN_IF_ERROR(w->AddMetadata(a + "rope.dimension_count",
                                     static_cast<uint32_t>(head_dim)));

@@ -40,6 +40,12 @@ struct TinyModelOptions {
   kernels::GgmlType embedding_type = kernels::GgmlType::kQ8_0;
   // False adds a separate output.weight in embedding_type.
   bool tied_output = true;
+  // Declares sliding-window attention ("{arch}.attention.sliding_window";
+  // see ModelConfig::sliding_window), and which layers use it
+  // ("...sliding_window_pattern"); 0 writes no key. The weights do not
+  // change: the same seed with and without a window is the same network.
+  int32_t sliding_window = 0;
+  int32_t sliding_window_pattern = 0;
   uint64_t seed = 1;
 };
 

@@ -13,6 +13,13 @@ ABSL_FLAG(int32_t, max_running, 64, "most sequences decoding at once");
 ABSL_FLAG(int32_t, threads, 0,
           "forward-pass threads (0: the CPUs this process may use)");
 ABSL_FLAG(bool, prefix_cache, true, "reuse KV of shared prompt prefixes");
+ABSL_FLAG(int32_t, attention_sinks, 0,
+          "attention sinks (StreamingLLM): leading tokens every query keeps "
+          "attending; needs --sink_window. Changes outputs (docs/engine.md)");
+ABSL_FLAG(int32_t, sink_window, 0,
+          "with attention sinks: recent tokens each query attends; > 0 turns "
+          "sinks on, KV stays bounded and sequences may generate past the "
+          "context length (0: off, the default)");
 ABSL_FLAG(int32_t, testing_pass_delay_us, 0,
           "testing only: every forward pass also sleeps this long (stands in "
           "for hardware whose capacity grows with the number of workers)");
@@ -62,6 +69,8 @@ engine::EngineOptions EngineOptionsFromFlags() {
   options.runner.num_threads = absl::GetFlag(FLAGS_threads);
   options.runner.enable_prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.runner.kv_dtype = absl::GetFlag(FLAGS_kv_cache_dtype).dtype;
+  options.runner.attention_sinks = absl::GetFlag(FLAGS_attention_sinks);
+  options.runner.sink_window = absl::GetFlag(FLAGS_sink_window);
   options.runner.testing_pass_delay =
       absl::Microseconds(absl::GetFlag(FLAGS_testing_pass_delay_us));
   options.runner.testing_token_delay =

@@ -5,7 +5,8 @@
 // model/model_flags.h, shared with the router.
 //
 // --kv_cache_mb, --kv_block_size, --kv_cache_dtype, --max_batch_tokens,
-// --max_running, --threads, --prefix_cache; --testing_pass_delay_us and
+// --max_running, --threads, --prefix_cache, --attention_sinks and
+// --sink_window (StreamingLLM, off by default); --testing_pass_delay_us and
 // --testing_token_delay_us (tests of scaling).
 #ifndef PDSERVE_WORKER_ENGINE_FLAGS_H_
 #define PDSERVE_WORKER_ENGINE_FLAGS_H_
