@@ -193,6 +193,10 @@ void DecodeWorker::EngineLoop() {
     }
     metrics_->prompt_tokens_computed->Inc(after.prompt_tokens_computed -
                                           before.prompt_tokens_computed);
+    metrics_->spec_draft_tokens->Inc(after.spec_drafted_tokens -
+                                     before.spec_drafted_tokens);
+    metrics_->spec_accepted_tokens->Inc(after.spec_accepted_tokens -
+                                        before.spec_accepted_tokens);
     running_after_step_ = after.running;
     waiting_after_step_ = after.waiting;
     if (after.prompt_tokens_computed == before.prompt_tokens_computed &&

@@ -443,8 +443,8 @@ absl::Status ParseSamplingNumbers(const json& body, v1::SamplingParams* out) {
   return absl::OkStatus();
 }
 
-// Sampling's other controls: the seed, stop strings and ids, ignore_eos and
-// logit_bias.
+// Sampling's other controls: the seed, stop strings and ids, ignore_eos,
+// disable_speculation and logit_bias.
 absl::Status ParseSamplingControls(const json& body, v1::SamplingParams* out) {
   v1::SamplingParams& sampling = *out;
   // Any 64-bit integer; negative seeds are reinterpreted as unsigned (the
@@ -475,6 +475,9 @@ absl::Status ParseSamplingControls(const json& body, v1::SamplingParams* out) {
   PD_ASSIGN_OR_RETURN(std::optional<bool> ignore_eos,
                       GetBool(body, "ignore_eos"));
   sampling.set_ignore_eos(ignore_eos.value_or(false));
+  PD_ASSIGN_OR_RETURN(std::optional<bool> disable_speculation,
+                      GetBool(body, "disable_speculation"));
+  sampling.set_disable_speculation(disable_speculation.value_or(false));
   PD_RETURN_IF_ERROR(ParseLogitBias(body, &sampling));
   return absl::OkStatus();
 }

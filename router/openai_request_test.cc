@@ -83,7 +83,7 @@ TEST(ParseCompletionTest, EveryField) {
     "model": "llama", "prompt": ["Once upon"], "max_tokens": 16,
     "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
     "seed": 1234, "stop": ["\n", "END"], "stop_token_ids": [2, 7],
-    "ignore_eos": true, "presence_penalty": 0.25, "frequency_penalty": -0.5,
+    "ignore_eos": true, "disable_speculation": true, "presence_penalty": 0.25, "frequency_penalty": -0.5,
     "repetition_penalty": 1.1, "logprobs": 3, "n": 1, "best_of": 1,
     "echo": false, "stream": true, "stream_options": {"include_usage": true},
     "user": "alice", "request_id": "req-1", "timeout": 2.5, "priority": -3,
@@ -106,6 +106,7 @@ TEST(ParseCompletionTest, EveryField) {
   EXPECT_THAT(s.stop(), ElementsAre("\n", "END"));
   EXPECT_THAT(s.stop_token_ids(), ElementsAre(2u, 7u));
   EXPECT_TRUE(s.ignore_eos());
+  EXPECT_TRUE(s.disable_speculation());
   EXPECT_FLOAT_EQ(s.presence_penalty(), 0.25f);
   EXPECT_FLOAT_EQ(s.frequency_penalty(), -0.5f);
   EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.1f);
@@ -211,6 +212,7 @@ TEST(ParseCompletionTest, EveryBadValueNamesItsParameter) {
       {R"("stop_token_ids": 5)", "stop_token_ids"},
       {R"("stop_token_ids": [-1])", "stop_token_ids"},
       {R"("ignore_eos": 1)", "ignore_eos"},
+      {R"("disable_speculation": "yes")", "disable_speculation"},
       {R"("logprobs": 21)", "logprobs"},
       {R"("logprobs": -1)", "logprobs"},
       {R"("logprobs": true)", "logprobs"},

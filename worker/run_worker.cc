@@ -70,6 +70,11 @@ int RunWorker(int argc, char** argv, const WorkerMain& main) {
   metrics_options.model = model::ServedModelName(model_path);
   metrics_options.role = ShortRoleName(basics.role);
   metrics_options.worker_id = basics.worker_id;
+  if (basics.role != v1::WORKER_ROLE_PREFILL) {
+    // A prefill worker samples first tokens only: it never speculates.
+    metrics_options.speculative_method =
+        SpeculativeMethodName(basics.engine.speculative.method);
+  }
   if (absl::StatusOr<metrics::LatencyBuckets> buckets =
           metrics::LatencyBucketsFromFlags();
       buckets.ok()) {

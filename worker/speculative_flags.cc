@@ -29,15 +29,21 @@ bool AbslParseFlag(absl::string_view text, SpeculativeMethodFlag* flag,
   return true;
 }
 
-std::string AbslUnparseFlag(const SpeculativeMethodFlag& flag) {
-  switch (flag.method) {
+std::string SpeculativeMethodName(engine::SpeculativeOptions::Method method) {
+  switch (method) {
     case engine::SpeculativeOptions::Method::kNgram:
       return "ngram";
     case engine::SpeculativeOptions::Method::kDraftModel:
       return "draft_model";
-    default:
-      return "off";
+    case engine::SpeculativeOptions::Method::kNone:
+      break;
   }
+  return "";
+}
+
+std::string AbslUnparseFlag(const SpeculativeMethodFlag& flag) {
+  const std::string name = SpeculativeMethodName(flag.method);
+  return name.empty() ? "off" : name;
 }
 
 }  // namespace pdserve::worker

@@ -14,12 +14,17 @@
 #define PDSERVE_WORKER_SPECULATIVE_FLAGS_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/llm_engine.h"
 #include "model/model.h"
 
 namespace pdserve::worker {
+
+// "ngram", "draft_model", or "" for kNone (the metrics' method label and
+// the flag's values).
+std::string SpeculativeMethodName(engine::SpeculativeOptions::Method method);
 
 // The flags' speculative options. With --speculative_method=draft_model it
 // opens --draft_model into *draft_model, which must outlive the engine

@@ -160,6 +160,32 @@ absl::Status WorkerMetrics::Register() {
       counter("pdserve_kv_admissions_expired_total",
               "Decode worker: admissions whose KV transfer did not "
               "complete before the admission's time to live."));
+  if (options_.speculative_method.empty()) {
+    spec_draft_tokens = &unexported_[0];
+    spec_accepted_tokens = &unexported_[1];
+    return absl::OkStatus();
+  }
+  auto method_counter =
+      [&](const char* name,
+          const char* help) -> absl::StatusOr<metrics::Counter*> {
+    PD_ASSIGN_OR_RETURN(
+        metrics::CounterFamily * family,
+        registry_->AddCounter(FamilyOptions(name, help, {"method"})));
+    std::vector<absl::string_view> values = Views(labels_);
+    values.push_back(options_.speculative_method);
+    return family->WithLabels(values);
+  };
+  PD_ASSIGN_OR_RETURN(
+      spec_draft_tokens,
+      method_counter("pdserve_spec_decode_draft_tokens_total",
+                     "Speculative decoding: draft tokens the target model "
+                     "verified, by drafting method."));
+  PD_ASSIGN_OR_RETURN(
+      spec_accepted_tokens,
+      method_counter("pdserve_spec_decode_accepted_tokens_total",
+                     "Speculative decoding: verified draft tokens the "
+                     "target accepted (the acceptance rate is this over "
+                     "draft tokens), by drafting method."));
   return absl::OkStatus();
 }
 

@@ -59,6 +59,10 @@ struct WorkerMetricsOptions {
   std::string model;  // the served model name
   std::string role;   // "prefill", "decode" or "colocated"
   std::string worker_id;
+  // The engine's speculative decoding method ("ngram", "draft_model"), the
+  // `method` label of the speculative-decoding counters; empty: off, and
+  // those counters export nothing.
+  std::string speculative_method;
   // Upper bounds of the latency histograms (see metrics/buckets.h):
   // per-token (inter-token latency, engine step, transfer) and
   // per-request (time to first token).
@@ -126,6 +130,11 @@ class WorkerMetrics {
   }
   // Decode worker: admissions whose transfer never completed in time.
   metrics::Counter* admissions_expired = nullptr;
+  // Speculative decoding: draft tokens the target verified, and of those
+  // accepted. Series exist only when options.speculative_method is set
+  // (otherwise these count into nothing).
+  metrics::Counter* spec_draft_tokens = nullptr;
+  metrics::Counter* spec_accepted_tokens = nullptr;
 
  private:
   WorkerMetrics(metrics::Registry* registry, WorkerMetricsOptions options);
@@ -136,6 +145,9 @@ class WorkerMetrics {
   // model, role, worker_id: every family's leading labels.
   const std::vector<std::string> labels_;
   std::array<metrics::Counter*, kNumTransferFailures> transfer_failures_{};
+  // What the speculative-decoding counters point at when nothing exports
+  // them.
+  metrics::Counter unexported_[2];
   bool gauges_added_ = false;
 };
 
