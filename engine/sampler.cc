@@ -173,6 +173,27 @@ double SeededUniform(uint64_t seed, uint64_t step) {
   return UniformDoubleFromBits(rng.Next());
 }
 
+namespace {
+
+// The index at which the running sum of weight(0..n-1) first exceeds
+// `target`: one draw from those weights, walked in index order (a function
+// of the logits alone) so a given uniform always maps to the same token.
+// When rounding leaves target at or past the end, the last positive weight.
+template <class Weight>
+size_t WalkCumulative(size_t n, double target, const Weight& weight) {
+  double cum = 0.0;
+  size_t last_positive = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double w = weight(i);
+    if (w > 0.0) last_positive = i;
+    cum += w;
+    if (target < cum) return i;
+  }
+  return last_positive;
+}
+
+}  // namespace
+
 uint64_t DerivedSeed(uint64_t seed, uint64_t stream) {
   uint64_t state = seed ^ (stream * 0xD1B54A32D192ED03ull);
   return SplitMix64Next(&state);
@@ -495,24 +516,12 @@ absl::StatusOr<SampleResult> Sampler::Sample(absl::Span<const float> logits,
       const double total = ToWeights(kept.size, kept.max);
       const double target =
           SeededUniform(seed_, static_cast<uint64_t>(step)) * total;
-      // Walk in scratch order (a function of the logits alone) so a given
-      // uniform always maps to the same token. The running sum repeats
-      // ToWeights' additions exactly, so it ends at `total`; the fallback
-      // only catches u * total rounding up to total.
-      double cum = 0.0;
-      size_t chosen = kept.size;
-      size_t last_nonzero = 0;
-      for (size_t i = 0; i < kept.size; ++i) {
-        const float w = scratch_[i].value;
-        if (w > 0.0f) last_nonzero = i;
-        cum += w;
-        if (target < cum) {
-          chosen = i;
-          break;
-        }
-      }
-      if (chosen == kept.size) chosen = last_nonzero;
-      result.token_id = scratch_[chosen].id;
+      // The running sum repeats ToWeights' additions exactly, so it ends at
+      // `total`.
+      result.token_id =
+          scratch_[WalkCumulative(kept.size, target, [&](size_t i) {
+            return double{scratch_[i].value};
+          })].id;
     }
   }
   if (params_.logprobs) FillLogprobs(logits, result.token_id, &result);
@@ -559,31 +568,18 @@ absl::StatusOr<SampleResult> Sampler::SampleVerifying(
     result.token_id = draft;
   } else {
     // The residual max(0, p - q), walked in scratch order like Sample.
+    auto residual = [&](size_t i) {
+      return std::max(0.0,
+                      scratch_[i].value / total - draft_dense_[scratch_[i].id]);
+    };
     double residual_total = 0.0;
-    for (size_t i = 0; i < kept.size; ++i) {
-      residual_total += std::max(
-          0.0, scratch_[i].value / total - draft_dense_[scratch_[i].id]);
-    }
+    for (size_t i = 0; i < kept.size; ++i) residual_total += residual(i);
     const double target =
         SeededUniform(DerivedSeed(seed_, 1), static_cast<uint64_t>(step)) *
         residual_total;
-    size_t chosen = kept.size;
-    size_t last_positive = 0;
-    double cum = 0.0;
-    for (size_t i = 0; i < kept.size; ++i) {
-      const double r = std::max(
-          0.0, scratch_[i].value / total - draft_dense_[scratch_[i].id]);
-      if (r > 0.0) last_positive = i;
-      cum += r;
-      if (target < cum) {
-        chosen = i;
-        break;
-      }
-    }
     // residual_total == 0 only when p == q (then the draft is always
-    // accepted, up to rounding); the last positive entry is as good a pick.
-    if (chosen == kept.size) chosen = last_positive;
-    result.token_id = scratch_[chosen].id;
+    // accepted, up to rounding); the walk's fallback is as good a pick.
+    result.token_id = scratch_[WalkCumulative(kept.size, target, residual)].id;
   }
   for (const TokenProb& q : draft_probs) {
     if (q.token_id < static_cast<uint32_t>(vocab_size_)) {
