@@ -427,6 +427,8 @@ absl::Status LlmEngine::Step() {
 }
 
 void LlmEngine::ProposeDrafts(int32_t budget) {
+  const int32_t limit = options_.speculative.disable_by_batch_size;
+  if (limit > 0 && static_cast<int32_t>(running_.size()) >= limit) return;
   // Every running sequence needs at least one token of the pass; drafts get
   // what is left.
   int32_t spare = budget - static_cast<int32_t>(running_.size());

@@ -74,6 +74,11 @@ struct SpeculativeOptions {
   // Draft length follows the acceptance rate (DraftLength); false drafts
   // num_tokens every step.
   bool adaptive = true;
+  // No drafting in a step whose running batch has at least this many
+  // sequences (0: no limit). A large batch already fills the hardware: the
+  // draft tokens would cost nearly their full compute. vLLM's
+  // speculative_disable_by_batch_size.
+  int32_t disable_by_batch_size = 0;
   NgramDrafterOptions ngram;
   // kDraftModel: the draft model (borrowed, must outlive the engine; its
   // vocabulary must be the target's) and its KV cache.

@@ -318,6 +318,30 @@ TEST_F(SpeculativeDecodingTest, MixedBatchesAndOptOutsMatchPlainDecoding) {
   auto alone = MakeEngine(Method::kNgram, nullptr);
   RunAll(*alone, {requests[0]});
   EXPECT_EQ(alone->stats().spec_drafted_tokens, 0);
+  // A batch as large as disable_by_batch_size drafts nothing either; one
+  // below it does.
+  for (const int32_t limit : {3, 4}) {
+    EngineOptions o;
+    o.runner.block_size = 4;
+    o.runner.num_blocks = 256;
+    o.speculative.method = Method::kNgram;
+    o.speculative.disable_by_batch_size = limit;
+    auto limited = LlmEngine::Create(*target_, o);
+    ASSERT_TRUE(limited.ok());
+    std::vector<EngineRequest> three = Requests();
+    three.resize(3);
+    const std::vector<Result> got = RunAll(**limited, three);
+    if (limit == 3) {
+      // Drafting starts once the batch shrinks below 3.
+      EXPECT_LT((*limited)->stats().spec_drafted_tokens,
+                engine->stats().spec_drafted_tokens / 4);
+    } else {
+      EXPECT_GT((*limited)->stats().spec_drafted_tokens, 0);
+    }
+    for (size_t i = 0; i < three.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, expected[i].tokens);
+    }
+  }
 }
 
 TEST_F(SpeculativeDecodingTest, AResumedStreamContinuesWithTheSameTokens) {

@@ -57,6 +57,9 @@ ABSL_FLAG(int32_t, num_speculative_tokens, 4,
 ABSL_FLAG(bool, speculative_adaptive, true,
           "draft length follows each sequence's acceptance rate (pausing "
           "where drafts keep failing)");
+ABSL_FLAG(int32_t, speculative_disable_by_batch_size, 0,
+          "no drafting in a step whose running batch has at least this many "
+          "sequences (0: no limit)");
 ABSL_FLAG(int32_t, prompt_lookup_min, 2,
           "ngram: shortest suffix looked up in the sequence");
 ABSL_FLAG(int32_t, prompt_lookup_max, 4,
@@ -75,6 +78,8 @@ absl::Status SpeculativeOptionsFromFlags(
   options->method = absl::GetFlag(FLAGS_speculative_method).method;
   options->num_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
   options->adaptive = absl::GetFlag(FLAGS_speculative_adaptive);
+  options->disable_by_batch_size =
+      absl::GetFlag(FLAGS_speculative_disable_by_batch_size);
   options->ngram.min_ngram = absl::GetFlag(FLAGS_prompt_lookup_min);
   options->ngram.max_ngram = absl::GetFlag(FLAGS_prompt_lookup_max);
   options->draft_kv_cache_bytes =

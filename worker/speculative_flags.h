@@ -6,6 +6,7 @@
 //   --num_speculative_tokens=K                   most tokens drafted a step
 //   --speculative_adaptive                       draft length follows the
 //                                                acceptance rate (default on)
+//   --speculative_disable_by_batch_size=N        no drafting at N+ running
 //   --prompt_lookup_min / --prompt_lookup_max    n-gram sizes looked up
 //   --draft_model=FILE.gguf --draft_kv_cache_mb  the draft model and its KV
 //
