@@ -59,7 +59,7 @@ TEST_F(FaultTest,
       Metric("decode-1", "pdserve_spec_decode_accepted_tokens_total",
              {{"method", "ngram"}});
   EXPECT_GT(accepted, 0);
-  EXPECT_GT(drafted, accepted);
+  EXPECT_GE(drafted, accepted);  // the looping random model: often all
   row.recovery_what =
       absl::StrCat(migrated, " streams migrated; decode-1 ", accepted, "/",
                    drafted, " drafted tokens accepted");
