@@ -633,6 +633,59 @@ void PackedGroupTokens(const uint8_t* group, const float* header_floats,
   }
 }
 
+// The most tokens MatMulPackedFewTokens takes: a batched decode step or a
+// speculative verification pass (2 to 9 tokens), with every token's scales
+// prepared once per product (Q8_0: 18 KB per token, on the stack).
+inline constexpr int kMaxFewTokens = 16;
+
+// MatMulPacked for 2..kMaxFewTokens tokens: groups outer, tokens inner.
+// Each group (16 rows, nb packed blocks: a few KB) is read from memory once
+// and stays in L1 while every pair of tokens passes over it, and the next
+// group is prefetched meanwhile; the tokens' scales are prepared once per
+// product. The chunked order of MatMulPackedRows, made for prefill's
+// hundreds of tokens, instead re-read each chunk from L2 per pair and
+// streamed it from memory without prefetching on the first pair, and
+// prepared every token's scales once per chunk. Same arithmetic per
+// (row, token): bit for bit PackedGroupTokens' results.
+template <class F>
+void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
+                           int64_t row_end, const uint8_t* act, int n_tokens,
+                           float* out, int64_t out_stride) {
+  constexpr int64_t kBlockBytes = PackedBlockBytes<F>();
+  const int64_t group_bytes = nb * kBlockBytes;
+  const int64_t act_row_bytes = nb * F::kActBytes;
+  PackedTokenScales<F> scales[kMaxFewTokens];
+  for (int t = 0; t < n_tokens; ++t) {
+    PreparePackedToken<F>(act + t * act_row_bytes, nb, &scales[t]);
+  }
+  alignas(64) float header_floats[kMaxAvx512Blocks * HeaderFloats<F>()];
+  for (int64_t g0 = row_begin; g0 < row_end; g0 += kPackRows) {
+    const uint8_t* group = packed + g0 / kPackRows * group_bytes;
+    // The next group, while this one is computed (the last group prefetches
+    // past its matrix's end harmlessly: prefetches never fault).
+    if (g0 + kPackRows < row_end) {
+      for (int64_t line = 0; line < group_bytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(group + group_bytes + line),
+                     _MM_HINT_T0);
+      }
+    }
+    ConvertHeaders<F>(group, nb, header_floats);
+    const int64_t count = row_end - g0 < kPackRows ? row_end - g0 : kPackRows;
+    const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+    for (int t0 = 0; t0 < n_tokens; t0 += 2) {
+      const PackedTokenScales<F>* const pair[2] = {
+          &scales[t0], &scales[t0 + 1 < n_tokens ? t0 + 1 : t0]};
+      float* const outs[2] = {out + t0 * out_stride + g0,
+                              out + (t0 + 1) * out_stride + g0};
+      if (t0 + 1 < n_tokens) {
+        PackedGroupTokens<F, 2>(group, header_floats, nb, pair, outs, mask);
+      } else {
+        PackedGroupTokens<F, 1>(group, header_floats, nb, pair, outs, mask);
+      }
+    }
+  }
+}
+
 // MatMulPacked for two or more tokens: rows in chunks of about kChunkBytes
 // of packed weights, so that a chunk stays in L2 while every pair of tokens
 // passes over it.
@@ -742,6 +795,9 @@ void PackedProduct(const uint8_t* packed, int64_t nb, int64_t row_begin,
                    float* out, int64_t out_stride) {
   if (n_tokens == 1) {
     MatVecPackedRows<F>(packed, nb, row_begin, row_end, act, out);
+  } else if (n_tokens <= kMaxFewTokens) {
+    MatMulPackedFewTokens<F>(packed, nb, row_begin, row_end, act, n_tokens, out,
+                             out_stride);
   } else {
     MatMulPackedRows<F>(packed, nb, row_begin, row_end, act, n_tokens, out,
                         out_stride);
