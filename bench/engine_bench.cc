@@ -39,6 +39,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -66,6 +67,10 @@ ABSL_FLAG(std::string, only, "",
 ABSL_FLAG(int32_t, verify_context, 300,
           "Context (tokens already computed) before each verification pass "
           "of the verify part");
+ABSL_FLAG(std::vector<std::string>, verify_tokens,
+          std::vector<std::string>({"1", "2", "3", "4", "5", "6", "7", "8",
+                                    "9"}),
+          "Pass sizes k of the verify part");
 ABSL_FLAG(int32_t, repeat_passes, 20,
           "Verification passes per run of the verify part");
 
@@ -305,7 +310,17 @@ int Main() {
   // the draft again, so every pass runs at the same positions.
   const int verify_context = absl::GetFlag(FLAGS_verify_context);
   const int repeat_passes = std::max(1, absl::GetFlag(FLAGS_repeat_passes));
-  for (int k = 1; k <= 9 && named("verify"); ++k) {
+  std::vector<int> verify_tokens;
+  for (const std::string& k : absl::GetFlag(FLAGS_verify_tokens)) {
+    int value = 0;
+    if (!absl::SimpleAtoi(k, &value) || value < 1) {
+      std::cerr << "engine_bench: bad --verify_tokens entry " << k << "\n";
+      return 1;
+    }
+    verify_tokens.push_back(value);
+  }
+  for (int k : verify_tokens) {
+    if (!named("verify")) break;
     samples.clear();
     for (int i = 0; i < runs; ++i) {
       const engine::SeqId id = next_id++;
@@ -387,8 +402,8 @@ int Main() {
   }
   for (const auto& [k, ms] : r.verify) {
     std::cout << absl::StrFormat(
-        "verify, %d-token pass        %8.3f ms (%.2fx one 1-token pass; "
-        "context %d)\n",
+        "verify, %d-token pass        %8.3f ms (%.2fx the first size's "
+        "pass; context %d)\n",
         k, ms, ms / r.verify[0].second, verify_context);
   }
   for (const Results::MetricsCost& c : r.metrics_cost) {
