@@ -29,7 +29,10 @@
 //    kernel): 16 rows per group, no shuffles.
 //  - PackedGroupTokens (two tokens on the repacked weights: prefill and
 //    batched decode): 16 rows per group, each block unpacked once for both
-//    tokens; the engine's path whenever the weights are packed.
+//    tokens; the engine's path whenever the weights are packed. Up to 16
+//    tokens (MatMulPackedFewTokens) take every pair over one group before
+//    the next, the first pair streaming it from memory; more
+//    (MatMulPackedRows) take every pair over an L2-sized chunk of groups.
 #include "kernels/matmul_avx512.h"
 
 #include <immintrin.h>
