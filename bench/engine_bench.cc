@@ -438,6 +438,18 @@ int Main() {
           "\"ratio\": %.4f}",
           c.batch, c.with_metrics, c.without, c.with_metrics / c.without));
     }
+    out << absl::StrJoin(parts, ", ") << "}, \"sweep_tps\": {";
+    parts.clear();
+    for (const auto& [batch, tps] : r.sweep) {
+      parts.push_back(absl::StrFormat("\"%d\": %.3f", batch, tps));
+    }
+    out << absl::StrJoin(parts, ", ")
+        << "}, \"verify_context\": " << verify_context
+        << ", \"verify_pass_ms\": {";
+    parts.clear();
+    for (const auto& [k, ms] : r.verify) {
+      parts.push_back(absl::StrFormat("\"%d\": %.4f", k, ms));
+    }
     out << absl::StrJoin(parts, ", ") << "}}\n";
   }
   return 0;
