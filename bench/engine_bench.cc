@@ -12,6 +12,13 @@
 //     roofline: bandwidth / bytes of weights one decode step reads;
 //   - batched decode: aggregate tokens/s of B sequences decoding together,
 //     B in {1, 8, 32, 64};
+//   - a batch sweep (B in {1, 2, 4, 8, 16}, 32 steps after the same prompt):
+//     aggregate tokens/s and the ratio to B = 1; run with --threads=1 for
+//     the one-thread figures serving workers see (part "sweep");
+//   - speculative verification passes (part "verify"): one sequence at a
+//     context of --verify_context tokens runs passes of k = 1..9 tokens (a
+//     k-token draft, all logits, then the draft dropped), median ms per pass
+//     and its ratio to k single-token passes;
 //   - the cost of metrics: single-stream and batch-32 decode with and
 //     without recording what a decode worker records per step and per token
 //     (worker/worker_metrics.h: step time, batch size, inter-token latency,
@@ -32,6 +39,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -54,8 +62,17 @@ ABSL_FLAG(int32_t, decode_prompt_tokens, 16,
           "prompt shows its share");
 ABSL_FLAG(std::string, only, "",
           "Run only these parts (comma-separated: prefill, decode, batched, "
-          "metrics), e.g. to profile one; the table then shows 0 for the "
-          "others");
+          "metrics, sweep, verify), e.g. to profile one; the table then "
+          "shows 0 for the others (sweep and verify run only when named)");
+ABSL_FLAG(int32_t, verify_context, 300,
+          "Context (tokens already computed) before each verification pass "
+          "of the verify part");
+ABSL_FLAG(std::vector<std::string>, verify_tokens,
+          std::vector<std::string>({"1", "2", "3", "4", "5", "6", "7", "8",
+                                    "9"}),
+          "Pass sizes k of the verify part");
+ABSL_FLAG(int32_t, repeat_passes, 20,
+          "Verification passes per run of the verify part");
 
 namespace pdserve {
 namespace {
@@ -154,6 +171,8 @@ struct Results {
     double without = 0;
   };
   std::vector<MetricsCost> metrics_cost;
+  std::vector<std::pair<int, double>> sweep;   // batch, tokens/s
+  std::vector<std::pair<int, double>> verify;  // k, ms per pass
 };
 
 int Main() {
@@ -276,6 +295,60 @@ int Main() {
     for (int i = 0; i < runs; ++i) samples.push_back(decode(batch, 32, i));
     r.batched.push_back({batch, Median(samples)});
   }
+  const auto named = [&](const std::string& part) {
+    return std::find(parts.begin(), parts.end(), part) != parts.end();
+  };
+  for (int batch : {1, 2, 4, 8, 16}) {
+    if (!named("sweep")) break;
+    samples.clear();
+    for (int i = 0; i < runs; ++i) samples.push_back(decode(batch, 32, i));
+    r.sweep.push_back({batch, Median(samples)});
+  }
+  // Verification passes: a sequence at --verify_context tokens; each pass
+  // appends a k-token draft (k - 1 drafts plus the token the last pass
+  // sampled, as the engine verifies), computes all k logits rows and drops
+  // the draft again, so every pass runs at the same positions.
+  const int verify_context = absl::GetFlag(FLAGS_verify_context);
+  const int repeat_passes = std::max(1, absl::GetFlag(FLAGS_repeat_passes));
+  std::vector<int> verify_tokens;
+  for (const std::string& k : absl::GetFlag(FLAGS_verify_tokens)) {
+    int value = 0;
+    if (!absl::SimpleAtoi(k, &value) || value < 1) {
+      std::cerr << "engine_bench: bad --verify_tokens entry " << k << "\n";
+      return 1;
+    }
+    verify_tokens.push_back(value);
+  }
+  for (int k : verify_tokens) {
+    if (!named("verify")) break;
+    samples.clear();
+    for (int i = 0; i < runs; ++i) {
+      const engine::SeqId id = next_id++;
+      auto out = runner.Prefill({{id, Tokens(verify_context, i, vocab)}});
+      if (!out.ok()) {
+        std::cerr << "engine_bench: " << out.status().message() << "\n";
+        return 1;
+      }
+      const std::vector<int32_t> draft = Tokens(k, 77 + i, vocab);
+      std::vector<float> logits;
+      const absl::Time start = absl::Now();
+      for (int p = 0; p < repeat_passes; ++p) {
+        absl::Status st = runner.AppendDraft(id, draft);
+        if (st.ok()) {
+          st = runner.Run({{id, k, engine::LogitsMode::kAll}}, &logits);
+        }
+        if (st.ok()) st = runner.ResolveDraft(id, 0);
+        if (!st.ok()) {
+          std::cerr << "engine_bench: " << st.message() << "\n";
+          return 1;
+        }
+      }
+      samples.push_back(absl::ToDoubleMilliseconds(absl::Now() - start) /
+                        repeat_passes);
+      runner.Release(id);
+    }
+    r.verify.push_back({k, Median(samples)});
+  }
   // Metrics on and off, alternated run by run.
   metrics::Registry registry;
   worker::WorkerMetricsOptions metrics_options;
@@ -321,6 +394,18 @@ int Main() {
         "1)\n",
         batch, tps, tps / r.batched[0].second);
   }
+  for (const auto& [batch, tps] : r.sweep) {
+    std::cout << absl::StrFormat(
+        "sweep, batch %-3d           %8.1f tokens/s aggregate (%.2fx batch "
+        "1)\n",
+        batch, tps, tps / r.sweep[0].second);
+  }
+  for (const auto& [k, ms] : r.verify) {
+    std::cout << absl::StrFormat(
+        "verify, %d-token pass        %8.3f ms (%.2fx the first size's "
+        "pass; context %d)\n",
+        k, ms, ms / r.verify[0].second, verify_context);
+  }
   for (const Results::MetricsCost& c : r.metrics_cost) {
     std::cout << absl::StrFormat(
         "decode, batch %-3d metrics  %8.1f tokens/s with, %8.1f without "
@@ -352,6 +437,18 @@ int Main() {
           "\"%d\": {\"with_metrics_tps\": %.3f, \"without_tps\": %.3f, "
           "\"ratio\": %.4f}",
           c.batch, c.with_metrics, c.without, c.with_metrics / c.without));
+    }
+    out << absl::StrJoin(parts, ", ") << "}, \"sweep_tps\": {";
+    parts.clear();
+    for (const auto& [batch, tps] : r.sweep) {
+      parts.push_back(absl::StrFormat("\"%d\": %.3f", batch, tps));
+    }
+    out << absl::StrJoin(parts, ", ")
+        << "}, \"verify_context\": " << verify_context
+        << ", \"verify_pass_ms\": {";
+    parts.clear();
+    for (const auto& [k, ms] : r.verify) {
+      parts.push_back(absl::StrFormat("\"%d\": %.4f", k, ms));
     }
     out << absl::StrJoin(parts, ", ") << "}}\n";
   }

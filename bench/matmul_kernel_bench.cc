@@ -161,6 +161,22 @@ BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_decode, GgmlType::kQ4_1)
 BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0_decode, GgmlType::kQ8_0)
     ->Args({1536, 576, 1})
     ->Args({49152, 576, 1});
+// Small batches on packed weights (batched decode and speculative
+// verification passes of 2..9 tokens): how the cost of a product grows with
+// its tokens, in cache (1536 x 576) and streaming from memory (the output
+// head, 49152 x 576 Q8_0; 24576 x 576 Q4_1, 16 FFN matrices' worth).
+void SmallBatches(benchmark::internal::Benchmark* b) {
+  for (int64_t rows : {1536, 24576}) {
+    for (int tokens : {1, 2, 3, 4, 5, 8, 9, 16}) b->Args({rows, 576, tokens});
+  }
+}
+BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_small_batch, GgmlType::kQ4_1)
+    ->Apply(SmallBatches);
+BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0_small_batch, GgmlType::kQ8_0)
+    ->Args({49152, 576, 1})
+    ->Args({49152, 576, 2})
+    ->Args({49152, 576, 4})
+    ->Args({49152, 576, 8});
 
 }  // namespace
 }  // namespace pdserve::bench

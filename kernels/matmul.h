@@ -130,7 +130,8 @@ class PackedMatrix {
   // MatMulRows' contract (out[t * out_stride + r] = VecDot(weight_type,
   // row r, activation t, n) for r in [row_begin, row_end), t < n_tokens)
   // on the packed rows, row_begin a multiple of kRowGrain. One token streams
-  // the rows (decode's matrix-vector product); more take two at a time.
+  // the rows (decode's matrix-vector product); more take two at a time
+  // (up to 16 tokens over each 16-row group in turn, more over chunks).
   void MatMul(int64_t row_begin, int64_t row_end, const void* activations,
               int n_tokens, float* out, int64_t out_stride) const;
 

@@ -29,7 +29,10 @@
 //    kernel): 16 rows per group, no shuffles.
 //  - PackedGroupTokens (two tokens on the repacked weights: prefill and
 //    batched decode): 16 rows per group, each block unpacked once for both
-//    tokens; the engine's path whenever the weights are packed.
+//    tokens; the engine's path whenever the weights are packed. Up to 16
+//    tokens (MatMulPackedFewTokens) take every pair over one group before
+//    the next, the first pair streaming it from memory; more
+//    (MatMulPackedRows) take every pair over an L2-sized chunk of groups.
 #include "kernels/matmul_avx512.h"
 
 #include <immintrin.h>
@@ -580,9 +583,15 @@ void ConvertHeaders(const uint8_t* groups, int64_t group_blocks, float* out) {
 // decode: 16 accumulators then fill half the registers, and a third token
 // would spill them. out[t]: the group's 16 outputs for token t;
 // header_floats: the group's ConvertHeaders output.
-template <class F, int T>
-void PackedGroupTokens(const uint8_t* group, const float* header_floats,
-                       int64_t nb, const PackedTokenScales<F>* const scales[T],
+//
+// kStream (the first pass over a group that is not yet in cache): the
+// headers are converted from the block as it arrives and written to
+// header_floats for the passes after it, and the blocks four ahead are
+// prefetched as MatVecPackedRows does, so that the pass streams memory at
+// decode's pace instead of waiting on every block.
+template <class F, int T, bool kStream = false>
+void PackedGroupTokens(const uint8_t* group, float* header_floats, int64_t nb,
+                       const PackedTokenScales<F>* const scales[T],
                        float* const out[T], __mmask16 store_mask) {
   constexpr int kBlockBytes = PackedBlockBytes<F>();
   __m512 acc[T][8];
@@ -593,7 +602,15 @@ void PackedGroupTokens(const uint8_t* group, const float* header_floats,
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* block = group + b * kBlockBytes;
-    const float* hf = header_floats + b * HeaderFloats<F>();
+    float* hf = header_floats + b * HeaderFloats<F>();
+    if constexpr (kStream) {
+      for (int line = 0; line < kBlockBytes / 64; ++line) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(block + 4 * kBlockBytes + 64 * line),
+            _MM_HINT_T0);
+      }
+      ConvertHeaders<F>(block, 1, hf);
+    }
     const __m512 dw = _mm512_loadu_ps(hf);
     __m512 d[T];
 #pragma GCC unroll 4
@@ -633,6 +650,55 @@ void PackedGroupTokens(const uint8_t* group, const float* header_floats,
   }
 }
 
+// The most tokens MatMulPackedFewTokens takes: a batched decode step or a
+// speculative verification pass (2 to 9 tokens), with every token's scales
+// prepared once per product (Q8_0: 18 KB per token, on the stack).
+inline constexpr int kMaxFewTokens = 16;
+
+// MatMulPacked for 2..kMaxFewTokens tokens: groups outer, tokens inner.
+// Each group (16 rows, nb packed blocks: a few KB) is streamed from memory
+// once by the first pair of tokens (prefetching ahead, converting headers
+// as they arrive, as decode's MatVecPackedRows streams) and stays in L1
+// while the other pairs pass over it; the tokens' scales are prepared once
+// per product. The chunked order of MatMulPackedRows, made for prefill's
+// hundreds of tokens, instead waited on memory in a header pass over each
+// chunk and in the first pair's pass (a profile of a two-token pass showed
+// half the product's time there), and prepared every token's scales once
+// per chunk. Same arithmetic per (row, token): bit for bit
+// PackedGroupTokens' results.
+template <class F>
+void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
+                           int64_t row_end, const uint8_t* act, int n_tokens,
+                           float* out, int64_t out_stride) {
+  constexpr int64_t kBlockBytes = PackedBlockBytes<F>();
+  const int64_t group_bytes = nb * kBlockBytes;
+  const int64_t act_row_bytes = nb * F::kActBytes;
+  PackedTokenScales<F> scales[kMaxFewTokens];
+  for (int t = 0; t < n_tokens; ++t) {
+    PreparePackedToken<F>(act + t * act_row_bytes, nb, &scales[t]);
+  }
+  alignas(64) float header_floats[kMaxAvx512Blocks * HeaderFloats<F>()];
+  for (int64_t g0 = row_begin; g0 < row_end; g0 += kPackRows) {
+    const uint8_t* group = packed + g0 / kPackRows * group_bytes;
+    const int64_t count = row_end - g0 < kPackRows ? row_end - g0 : kPackRows;
+    const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+    for (int t0 = 0; t0 < n_tokens; t0 += 2) {
+      const PackedTokenScales<F>* const pair[2] = {
+          &scales[t0], &scales[t0 + 1 < n_tokens ? t0 + 1 : t0]};
+      float* const outs[2] = {out + t0 * out_stride + g0,
+                              out + (t0 + 1) * out_stride + g0};
+      if (t0 == 0) {  // n_tokens >= 2
+        PackedGroupTokens<F, 2, true>(group, header_floats, nb, pair, outs,
+                                      mask);
+      } else if (t0 + 1 < n_tokens) {
+        PackedGroupTokens<F, 2>(group, header_floats, nb, pair, outs, mask);
+      } else {
+        PackedGroupTokens<F, 1>(group, header_floats, nb, pair, outs, mask);
+      }
+    }
+  }
+}
+
 // MatMulPacked for two or more tokens: rows in chunks of about kChunkBytes
 // of packed weights, so that a chunk stays in L2 while every pair of tokens
 // passes over it.
@@ -662,7 +728,7 @@ void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
       }
       for (int64_t g0 = c0; g0 < c1; g0 += kPackRows) {
         const uint8_t* group = packed + g0 / kPackRows * group_bytes;
-        const float* group_headers =
+        float* group_headers =
             header_floats + (g0 - c0) / kPackRows * nb * HeaderFloats<F>();
         const int64_t count = c1 - g0 < kPackRows ? c1 - g0 : kPackRows;
         const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
@@ -742,6 +808,9 @@ void PackedProduct(const uint8_t* packed, int64_t nb, int64_t row_begin,
                    float* out, int64_t out_stride) {
   if (n_tokens == 1) {
     MatVecPackedRows<F>(packed, nb, row_begin, row_end, act, out);
+  } else if (n_tokens <= kMaxFewTokens) {
+    MatMulPackedFewTokens<F>(packed, nb, row_begin, row_end, act, n_tokens, out,
+                             out_stride);
   } else {
     MatMulPackedRows<F>(packed, nb, row_begin, row_end, act, n_tokens, out,
                         out_stride);

@@ -56,7 +56,10 @@ bool PackRows(GgmlType type, const uint8_t* weights, int64_t rows, int64_t cols,
 // token streams the groups (decode); more take two at a time (prefill and
 // batched decode: the weights of a block are unpacked once for two tokens,
 // which then take one broadcast vpdpbusd, convert and multiply-add per ggml
-// lane and 16 rows).
+// lane and 16 rows). Up to 16 tokens (batched decode, verification passes)
+// go group by group: the first pair streams each group from memory as
+// decode does, the other pairs find it in L1; more (prefill) go in chunks
+// of rows that stay in L2.
 void MatMulPacked(GgmlType type, const uint8_t* packed, int64_t cols,
                   int64_t row_begin, int64_t row_end,
                   const uint8_t* activations, int n_tokens, float* out,

@@ -1088,7 +1088,9 @@ TEST(PackedMatrixTest, MatMulEqualsTheScalarReferenceBitwise) {
       const GgmlType act_type = *VecDotType(type);
       const int64_t act_bytes = ActivationRowBytes(act_type, n);
       const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(type, n));
-      for (const int tokens : {2, 5}) {
+      // 2..16 tokens take the small-batch kernels (batched decode,
+      // verification passes), more the chunked prefill order.
+      for (const int tokens : {2, 3, 4, 5, 7, 8, 9, 16, 17, 40}) {
         std::vector<uint8_t> a(act_bytes * tokens);
         for (int t = 0; t < tokens; ++t) {
           const std::vector<float> x = MakeRandomActivations(n, rng);
