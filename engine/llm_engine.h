@@ -70,7 +70,7 @@ struct SpeculativeOptions {
   enum class Method { kNone, kNgram, kDraftModel };
   Method method = Method::kNone;
   // Most tokens drafted per sequence and step (k).
-  int32_t num_tokens = 4;
+  int32_t num_tokens = 6;
   // Draft length follows the acceptance rate (DraftLength); false drafts
   // num_tokens every step.
   bool adaptive = true;

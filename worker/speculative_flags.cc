@@ -52,7 +52,7 @@ ABSL_FLAG(pdserve::worker::SpeculativeMethodFlag, speculative_method, {},
           "speculative decoding: off (default), ngram (prompt lookup: "
           "drafts what follows an earlier occurrence of the last tokens) or "
           "draft_model (--draft_model drafts)");
-ABSL_FLAG(int32_t, num_speculative_tokens, 4,
+ABSL_FLAG(int32_t, num_speculative_tokens, 6,
           "most tokens drafted per sequence and step");
 ABSL_FLAG(bool, speculative_adaptive, true,
           "draft length follows each sequence's acceptance rate (pausing "
@@ -60,9 +60,9 @@ ABSL_FLAG(bool, speculative_adaptive, true,
 ABSL_FLAG(int32_t, speculative_disable_by_batch_size, 0,
           "no drafting in a step whose running batch has at least this many "
           "sequences (0: no limit)");
-ABSL_FLAG(int32_t, prompt_lookup_min, 2,
+ABSL_FLAG(int32_t, prompt_lookup_min, 3,
           "ngram: shortest suffix looked up in the sequence");
-ABSL_FLAG(int32_t, prompt_lookup_max, 4,
+ABSL_FLAG(int32_t, prompt_lookup_max, 6,
           "ngram: longest suffix looked up in the sequence");
 ABSL_FLAG(std::string, draft_model, "",
           "draft_model: GGUF file of the draft model (same tokenizer as the "
