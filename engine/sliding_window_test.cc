@@ -24,6 +24,7 @@
 #include "engine/model_runner.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/testing/tiny_model_testing.h"
 #include "model/tiny_model.h"
 
 namespace pdserve::engine {
@@ -36,20 +37,7 @@ constexpr int32_t kWindow = 10;
 // more or less moves logits by percents of it.
 constexpr float kTolerance = 1e-4f;
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
-std::unique_ptr<model::Model> OpenTiny(const model::TinyModelOptions& o,
-                                       const std::string& name) {
-  const std::string path = TempPath(name);
-  absl::Status written = model::WriteTinyModel(o, path);
-  EXPECT_TRUE(written.ok()) << written;
-  absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Open(path);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::move(*m) : nullptr;
-}
+using model::testing::OpenTinyModel;
 
 model::TinyModelOptions TinyOptions(int32_t window, int32_t pattern = 0) {
   model::TinyModelOptions o;
@@ -141,9 +129,10 @@ INSTANTIATE_TEST_SUITE_P(Patterns, SlidingWindowTest, ::testing::Values(0, 2));
 
 TEST_P(SlidingWindowTest, LogitsEqualExplicitlyMaskedReference) {
   const int32_t pattern = GetParam();
-  auto windowed = OpenTiny(TinyOptions(kWindow, pattern),
-                           absl::StrCat("swa_", pattern, ".gguf"));
-  auto full = OpenTiny(TinyOptions(0), absl::StrCat("full_", pattern, ".gguf"));
+  auto windowed = OpenTinyModel(TinyOptions(kWindow, pattern),
+                                absl::StrCat("swa_", pattern, ".gguf"));
+  auto full =
+      OpenTinyModel(TinyOptions(0), absl::StrCat("full_", pattern, ".gguf"));
   ASSERT_NE(windowed, nullptr);
   ASSERT_NE(full, nullptr);
   ASSERT_EQ(windowed->config().sliding_window, kWindow);
@@ -214,8 +203,8 @@ TEST_P(SlidingWindowTest, LogitsEqualExplicitlyMaskedReference) {
 // whole context, none is freed.
 TEST_P(SlidingWindowTest, BlocksOutOfTheWindowAreFreed) {
   const int32_t pattern = GetParam();
-  auto windowed = OpenTiny(TinyOptions(kWindow, pattern),
-                           absl::StrCat("swa_blocks_", pattern, ".gguf"));
+  auto windowed = OpenTinyModel(TinyOptions(kWindow, pattern),
+                                absl::StrCat("swa_blocks_", pattern, ".gguf"));
   ASSERT_NE(windowed, nullptr);
   for (const bool prefix_cache : {false, true}) {
     SCOPED_TRACE(prefix_cache ? "prefix cache" : "no prefix cache");
@@ -257,8 +246,8 @@ TEST_P(SlidingWindowTest, BlocksOutOfTheWindowAreFreed) {
 // The backend refuses a block table whose hole holds a key some new token
 // attends, in any layer: a freed block is never read.
 TEST(SlidingWindowBackendTest, RefusesAHoleAQueryAttends) {
-  auto windowed = OpenTiny(TinyOptions(kWindow), "swa_holes.gguf");
-  auto mixed = OpenTiny(TinyOptions(kWindow, 2), "swa_holes_mixed.gguf");
+  auto windowed = OpenTinyModel(TinyOptions(kWindow), "swa_holes.gguf");
+  auto mixed = OpenTinyModel(TinyOptions(kWindow, 2), "swa_holes_mixed.gguf");
   ASSERT_NE(windowed, nullptr);
   ASSERT_NE(mixed, nullptr);
   auto forward = [](const model::Model& m, std::vector<BlockId> table) {
@@ -287,7 +276,7 @@ TEST(SlidingWindowBackendTest, RefusesAHoleAQueryAttends) {
 // cached, and when they were evicted (a hit only ever takes a run of cached
 // blocks from the first on, so it then takes none of them).
 TEST(SlidingWindowPrefixCacheTest, HitGivesTheSameTokens) {
-  auto windowed = OpenTiny(TinyOptions(kWindow), "swa_prefix.gguf");
+  auto windowed = OpenTinyModel(TinyOptions(kWindow), "swa_prefix.gguf");
   ASSERT_NE(windowed, nullptr);
   const std::vector<int32_t> prompt = Prompt(30, 3);
   auto cold = MakeRunner(*windowed, {.enable_prefix_cache = false});
@@ -321,7 +310,7 @@ TEST(SlidingWindowPrefixCacheTest, HitGivesTheSameTokens) {
 TEST(AttentionSinksTest, GeneratesPastTheContextInBoundedKv) {
   model::TinyModelOptions t = TinyOptions(0);
   t.context_length = 64;
-  auto m = OpenTiny(t, "sinks.gguf");
+  auto m = OpenTinyModel(t, "sinks.gguf");
   ASSERT_NE(m, nullptr);
   const int32_t context = 64, sinks = 4, window = 16;
   const int vocab = m->config().vocab_size;
@@ -393,7 +382,7 @@ TEST(AttentionSinksTest, GeneratesPastTheContextInBoundedKv) {
 // masks every key but the sinks and the recent window; past the point where
 // that starts to matter they differ from full attention.
 TEST(AttentionSinksTest, LogitsEqualExplicitlyMaskedReference) {
-  auto m = OpenTiny(TinyOptions(0), "sinks_ref.gguf");
+  auto m = OpenTinyModel(TinyOptions(0), "sinks_ref.gguf");
   ASSERT_NE(m, nullptr);
   const int32_t sinks = 3, window = 9;  // neither a multiple of the block
   const int vocab = m->config().vocab_size;
@@ -427,7 +416,7 @@ TEST(AttentionSinksTest, LogitsEqualExplicitlyMaskedReference) {
 }
 
 TEST(AttentionSinksTest, RefusesBadOptions) {
-  auto m = OpenTiny(TinyOptions(0), "sinks_bad.gguf");
+  auto m = OpenTinyModel(TinyOptions(0), "sinks_bad.gguf");
   ASSERT_NE(m, nullptr);
   EXPECT_FALSE(
       ModelRunner::Create(*m, {.attention_sinks = 4, .sink_window = 0}).ok());

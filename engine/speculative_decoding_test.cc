@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "model/default_model.h"
 #include "model/model.h"
+#include "model/testing/tiny_model_testing.h"
 #include "model/tiny_model.h"
 
 namespace pdserve::engine {
@@ -21,10 +22,7 @@ namespace {
 
 using Method = SpeculativeOptions::Method;
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
+using model::testing::OpenTinyModel;
 
 std::unique_ptr<model::Model> TinyModel(uint64_t seed, const std::string& name,
                                         bool tied_output = true) {
@@ -32,11 +30,7 @@ std::unique_ptr<model::Model> TinyModel(uint64_t seed, const std::string& name,
   o.num_layers = 2;
   o.seed = seed;
   o.tied_output = tied_output;
-  const std::string path = TempPath(name);
-  EXPECT_TRUE(model::WriteTinyModel(o, path).ok());
-  auto m = model::Model::Open(path);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::move(*m) : nullptr;
+  return OpenTinyModel(o, name);
 }
 
 struct Result {
@@ -471,18 +465,17 @@ TEST_F(SpeculativeDecodingTest, SampledDraftsKeepTheTargetsDistribution) {
 TEST_F(SpeculativeDecodingTest, RefusesADraftModelWithAnotherVocabulary) {
   model::TinyModelOptions o;
   o.num_layers = 1;
-  const std::string path = TempPath("spec_other_vocab.gguf");
-  ASSERT_TRUE(model::WriteTinyModel(o, path).ok());
   // Same generator, same vocabulary: accepted. (A different vocabulary
   // needs a different tokenizer, which the tiny generator does not make;
   // DraftModelDrafter::Create is checked directly.)
-  auto same = model::Model::Open(path);
-  ASSERT_TRUE(same.ok());
-  EXPECT_TRUE(DraftModelDrafter::Create(**same, target_->config().vocab_size,
+  std::unique_ptr<model::Model> same =
+      OpenTinyModel(o, "spec_other_vocab.gguf");
+  ASSERT_NE(same, nullptr);
+  EXPECT_TRUE(DraftModelDrafter::Create(*same, target_->config().vocab_size,
                                         ModelRunnerOptions{})
                   .ok());
   auto refused = DraftModelDrafter::Create(
-      **same, target_->config().vocab_size + 1, ModelRunnerOptions{});
+      *same, target_->config().vocab_size + 1, ModelRunnerOptions{});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EngineOptions bad;
   bad.speculative.method = Method::kDraftModel;  // no draft model
@@ -545,22 +538,20 @@ TEST(SpeculativeSlidingWindowTest, GreedyOutputEqualsPlainDecoding) {
   model::TinyModelOptions o;
   o.num_layers = 2;
   o.sliding_window = 10;
-  const std::string path = TempPath("spec_window.gguf");
-  ASSERT_TRUE(model::WriteTinyModel(o, path).ok());
-  auto m = model::Model::Open(path);
-  ASSERT_TRUE(m.ok()) << m.status();
+  std::unique_ptr<model::Model> m = OpenTinyModel(o, "spec_window.gguf");
+  ASSERT_NE(m, nullptr);
   auto run = [&](Method method) {
     EngineOptions e;
     e.runner.block_size = 4;
     e.runner.num_blocks = 128;
     e.speculative.method = method;
     e.speculative.num_tokens = 6;
-    auto engine = LlmEngine::Create(**m, e);
+    auto engine = LlmEngine::Create(*m, e);
     EXPECT_TRUE(engine.ok()) << engine.status();
     std::vector<EngineRequest> requests;
     for (int i = 0; i < 3; ++i) {
       requests.push_back(
-          Greedy(RepetitivePrompt((*m)->config().vocab_size, i, 30), 60));
+          Greedy(RepetitivePrompt(m->config().vocab_size, i, 30), 60));
     }
     auto results = RunAll(**engine, requests);
     return std::make_pair(results, (*engine)->stats());
