@@ -65,38 +65,27 @@ bool DraftModelDrafter::Sync(const DraftJob& job, int32_t* pending) {
 
 absl::Status DraftModelDrafter::Choose(DraftJob& job,
                                        absl::Span<const float> logits) {
-  const int64_t step = job.step + static_cast<int64_t>(job.draft.size());
-  int32_t token = 0;
-  std::vector<TokenProb> probs;
-  if (job.sampling->temperature == 0.0f) {
-    token = static_cast<int32_t>(
-        std::max_element(logits.begin(), logits.end()) - logits.begin());
-  } else {
-    Twin& twin = twins_[job.id];
-    if (!twin.sampler.has_value()) {
-      SamplingParams q;
-      q.temperature = job.sampling->temperature;
-      q.top_k = job.sampling->top_k;
-      q.top_p = job.sampling->top_p;
-      q.min_p = job.sampling->min_p;
-      PD_ASSIGN_OR_RETURN(Sampler s,
-                          Sampler::Create(q, runner_->vocab_size(), {}));
-      twin.sampler.emplace(std::move(s));
-    }
-    PD_ASSIGN_OR_RETURN(probs, twin.sampler->Distribution(logits));
-    const double u =
-        SeededUniform(DerivedSeed(job.seed, 2), static_cast<uint64_t>(step));
-    double cum = 0.0;
-    token = static_cast<int32_t>(probs.back().token_id);
-    for (const TokenProb& p : probs) {
-      cum += p.prob;
-      if (u < cum) {
-        token = static_cast<int32_t>(p.token_id);
-        break;
-      }
-    }
+  Twin& twin = twins_[job.id];
+  if (!twin.sampler.has_value()) {
+    // The request's temperature and truncation, a stream of draws of its
+    // own (see the file comment).
+    SamplingParams q;
+    q.temperature = job.sampling->temperature;
+    q.top_k = job.sampling->top_k;
+    q.top_p = job.sampling->top_p;
+    q.min_p = job.sampling->min_p;
+    q.seed = DerivedSeed(job.seed, 2);
+    PD_ASSIGN_OR_RETURN(Sampler s,
+                        Sampler::Create(q, runner_->vocab_size(), {}));
+    twin.sampler.emplace(std::move(s));
   }
-  job.draft.push_back(token);
+  const int64_t step = job.step + static_cast<int64_t>(job.draft.size());
+  PD_ASSIGN_OR_RETURN(SampleResult drawn, twin.sampler->Sample(logits, step));
+  std::vector<TokenProb> probs;  // empty for greedy: a deterministic draft
+  if (job.sampling->temperature > 0.0f) {
+    PD_ASSIGN_OR_RETURN(probs, twin.sampler->Distribution(logits));
+  }
+  job.draft.push_back(static_cast<int32_t>(drawn.token_id));
   job.probs.push_back(std::move(probs));
   return absl::OkStatus();
 }

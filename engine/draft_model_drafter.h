@@ -54,7 +54,8 @@ class DraftModelDrafter : public Drafter {
 
  private:
   struct Twin {
-    // For sampled requests: the draft's distribution (see the file comment).
+    // Chooses the twin's draft tokens (see the file comment); created at
+    // its first draft.
     std::optional<Sampler> sampler;
   };
 
