@@ -543,7 +543,7 @@ absl::Status LlmEngine::SampleAndEmit(RequestId id,
 }
 
 bool LlmEngine::Emit(RequestId id, absl::StatusOr<StreamStep> step,
-                     const std::function<absl::Status(int32_t)>& keep) {
+                     absl::FunctionRef<absl::Status(int32_t)> keep) {
   Request& r = *requests_[id];
   RequestOutput out;
   if (!r.first_output_sent) {

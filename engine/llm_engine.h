@@ -42,6 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -259,7 +260,7 @@ class LlmEngine {
   // request goes on, `keep` first puts the token into the runner (an error
   // from it fails the request). Returns whether the request goes on.
   bool Emit(RequestId id, absl::StatusOr<StreamStep> step,
-            const std::function<absl::Status(int32_t token)>& keep);
+            absl::FunctionRef<absl::Status(int32_t token)> keep);
 
   const model::Model& model_;
   const EngineOptions options_;
