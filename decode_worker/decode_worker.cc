@@ -65,14 +65,14 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
     return absl::InvalidArgumentError("a decode worker needs a worker id");
   }
   std::unique_ptr<DecodeWorker> w(new DecodeWorker(model, options));
-  PD_ASSIGN_OR_RETURN(w->engine_,
-                      engine::LlmEngine::Create(model, options.engine));
   PD_ASSIGN_OR_RETURN(w->transport_,
                       kv_transfer::CreateKvTransport(options.transport));
-  engine::KvCachePool& pool = w->engine_->runner().backend().kv_pool();
-  PD_ASSIGN_OR_RETURN(
-      w->region_, w->transport_->RegisterRegion(pool.base(), pool.size_bytes(),
-                                                v1::MEMORY_KIND_HOST, 0));
+  engine::EngineOptions engine_options = options.engine;
+  engine_options.runner.kv_pool_allocator = [worker = w.get()](uint64_t bytes) {
+    return worker->AllocateKvPool(bytes);
+  };
+  PD_ASSIGN_OR_RETURN(w->engine_,
+                      engine::LlmEngine::Create(model, engine_options));
   PD_ASSIGN_OR_RETURN(w->region_descriptor_,
                       w->transport_->ExportRegion(w->region_));
   w->reserver_ = std::make_unique<EngineReserver>(w->engine_.get());
@@ -100,11 +100,38 @@ DecodeWorker::~DecodeWorker() {
     admissions = std::move(admissions_);
   }
   admissions.reset();
-  // Peers must not be able to write into the pool once its memory is gone.
-  if (transport_ != nullptr && region_ != 0) {
-    transport_->DeregisterRegion(region_).IgnoreError();
-  }
+  // Frees the KV pool, deregistering it first (AllocateKvPool).
   engine_.reset();
+}
+
+absl::StatusOr<engine::KvPoolMemory> DecodeWorker::AllocateKvPool(
+    uint64_t bytes) {
+  kv_transfer::KvTransport* transport = transport_.get();
+  absl::StatusOr<kv_transfer::AllocatedRegion> allocated =
+      transport->AllocateRegion(bytes);
+  if (allocated.ok()) {
+    region_ = allocated->id;
+    return engine::KvPoolMemory{.base = allocated->base,
+                                .release = [transport, id = region_] {
+                                  transport->DeregisterRegion(id).IgnoreError();
+                                }};
+  }
+  if (!absl::IsUnimplemented(allocated.status())) return allocated.status();
+  PD_ASSIGN_OR_RETURN(engine::KvPoolMemory own,
+                      engine::KvCachePool::AnonymousMemory(bytes));
+  absl::StatusOr<kv_transfer::RegionId> region =
+      transport->RegisterRegion(own.base, bytes, v1::MEMORY_KIND_HOST, 0);
+  if (!region.ok()) {
+    own.release();
+    return region.status();
+  }
+  region_ = *region;
+  return engine::KvPoolMemory{
+      .base = own.base,
+      .release = [transport, id = region_, release = std::move(own.release)] {
+        transport->DeregisterRegion(id).IgnoreError();
+        release();
+      }};
 }
 
 absl::Status DecodeWorker::Start(const std::string& address) {

@@ -168,12 +168,19 @@ class DecodeWorker {
                 const engine::RequestOutput& out);
   // admissions_, read under mu_; null before Start.
   KvAdmissions* admissions() ABSL_LOCKS_EXCLUDED(mu_);
+  // The engine's KV pool memory, registered with transport_ as region_:
+  // memory the transport allocates where it has faster memory for peers
+  // (UCX: shared memory that a prefill worker on this host stores into
+  // directly), else anonymous memory registered with it. Freeing it
+  // deregisters it first, so no peer writes into memory that is gone.
+  absl::StatusOr<engine::KvPoolMemory> AllocateKvPool(uint64_t bytes);
 
   const model::Model& model_;
   const DecodeWorkerOptions options_;
-  std::unique_ptr<engine::LlmEngine> engine_;
+  // Before engine_: the engine's pool lives in the transport's region.
   std::unique_ptr<kv_transfer::KvTransport> transport_;
   kv_transfer::RegionId region_ = 0;
+  std::unique_ptr<engine::LlmEngine> engine_;
   v1::MemoryRegionDescriptor region_descriptor_;
   std::unique_ptr<EngineReserver> reserver_;
 

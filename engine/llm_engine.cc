@@ -62,6 +62,8 @@ absl::StatusOr<std::unique_ptr<LlmEngine>> LlmEngine::Create(
       ModelRunnerOptions draft_runner = options.runner;
       draft_runner.num_blocks = 0;
       draft_runner.kv_cache_bytes = spec.draft_kv_cache_bytes;
+      // The draft model's KV stays private: peers write only the target's.
+      draft_runner.kv_pool_allocator = nullptr;
       draft_runner.testing_pass_delay = absl::ZeroDuration();
       draft_runner.testing_token_delay = absl::ZeroDuration();
       PD_ASSIGN_OR_RETURN(

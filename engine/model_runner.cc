@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   }
   l.set_num_blocks(num_blocks);
   PD_ASSIGN_OR_RETURN(std::unique_ptr<KvCachePool> pool,
-                      KvCachePool::Create(l));
+                      KvCachePool::Create(l, options.kv_pool_allocator));
   CpuBackendOptions backend_options;
   backend_options.num_threads = options.num_threads;
   backend_options.llamacpp_prompt_numerics = options.llamacpp_prompt_numerics;

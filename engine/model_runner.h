@@ -31,6 +31,7 @@
 #include "absl/types/span.h"
 #include "engine/forward_backend.h"
 #include "engine/kv_block_manager.h"
+#include "engine/kv_cache_pool.h"
 #include "model/model.h"
 #include "proto/common.pb.h"
 
@@ -43,6 +44,9 @@ struct ModelRunnerOptions {
   // kv_cache_bytes.
   int32_t num_blocks = 0;
   int64_t kv_cache_bytes = int64_t{256} << 20;
+  // Where the KV pool's memory comes from (KvCachePool::Create); empty: the
+  // pool's own anonymous memory.
+  KvPoolAllocator kv_pool_allocator = nullptr;
   bool enable_prefix_cache = true;
   // Most new tokens in one forward pass (the chunked-prefill budget).
   int32_t max_batch_tokens = 512;

@@ -1,4 +1,5 @@
-// Extent lists: validation against region bounds and coalescing.
+// Extent lists: validation against region bounds, coalescing, and copying
+// where both regions are addressable.
 //
 // A layer of a request is usually many 16-token blocks whose ids are
 // consecutive on both sides (fresh allocations), so merging neighbours turns
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kv_transfer/transport.h"
 
@@ -31,6 +33,15 @@ std::vector<Extent> CoalesceExtents(absl::Span<const Extent> extents);
 
 // Total bytes of `extents`.
 uint64_t TotalBytes(absl::Span<const Extent> extents);
+
+// Copies `extents` from the region at `local_base` into the one at
+// `remote_base` (memory this process can address: the same process's, or a
+// peer's shared memory mapped here), in pieces of at most 1 MiB. Between
+// pieces it checks `deadline` and stops with DEADLINE_EXCEEDED once it has
+// passed: a receiver may give the blocks of an overdue write to another
+// request, so an overdue copy must stop storing into them soon.
+absl::Status CopyExtents(uint8_t* remote_base, const uint8_t* local_base,
+                         absl::Span<const Extent> extents, absl::Time deadline);
 
 }  // namespace pdserve::kv_transfer
 

@@ -38,6 +38,15 @@ absl::StatusOr<RegionId> FaultInjectingTransport::RegisterRegion(
   return id;
 }
 
+absl::StatusOr<AllocatedRegion> FaultInjectingTransport::AllocateRegion(
+    uint64_t length) {
+  PD_ASSIGN_OR_RETURN(const AllocatedRegion region,
+                      inner_->AllocateRegion(length));
+  absl::MutexLock lock(&mutex_);
+  region_bases_[region.id] = region.base;
+  return region;
+}
+
 absl::Status FaultInjectingTransport::DeregisterRegion(RegionId region) {
   PD_RETURN_IF_ERROR(inner_->DeregisterRegion(region));
   absl::MutexLock lock(&mutex_);

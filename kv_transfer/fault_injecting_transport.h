@@ -52,6 +52,7 @@ class FaultInjectingTransport final : public KvTransport {
   absl::StatusOr<RegionId> RegisterRegion(void* base, uint64_t length,
                                           v1::MemoryKind memory_kind,
                                           int device_id) override;
+  absl::StatusOr<AllocatedRegion> AllocateRegion(uint64_t length) override;
   absl::Status DeregisterRegion(RegionId region) override;
   absl::StatusOr<v1::MemoryRegionDescriptor> ExportRegion(
       RegionId region) override {

@@ -165,10 +165,8 @@ absl::StatusOr<OperationId> InProcessTransport::PostWrite(
   if (failure.ok()) {
     PD_RETURN_IF_ERROR(
         ValidateExtents(request.extents, local.length, remote.length));
-    for (const Extent& e : CoalesceExtents(request.extents)) {
-      std::memmove(remote.base + e.remote_offset, local.base + e.local_offset,
-                   e.length);
-    }
+    failure = CopyExtents(remote.base, local.base,
+                          CoalesceExtents(request.extents), request.deadline);
   }
   const OperationId op = operations_.Add();
   operations_.Complete(op, failure);

@@ -1,10 +1,14 @@
 // pd-kv-peer: one side of a KV transfer between two processes, for the
 // multi-process tests (tests/kv_transfer_process_test.cc) and by hand.
 //
-//   pd-kv-peer receive --dir=D [--tokens=N --blocks=B --timeout_ms=T]
-//     registers a KV pool (SmolLM2-135M shape), writes the transfer target to
-//     D/target.pb, waits for the completion notice, verifies every layer's
-//     checksum, and dumps its pool to D/pool.bin.
+//   pd-kv-peer receive --dir=D [--tokens=N --blocks=B --timeout_ms=T
+//                              --pool=allocated|registered]
+//     makes a KV pool (SmolLM2-135M shape) that the transport allocated (as a
+//     decode worker's: shared memory that the sender stores into directly)
+//     or that it registered (heap memory, written through the endpoint),
+//     writes the transfer target to D/target.pb, waits for the completion
+//     notice, verifies every layer's checksum, and dumps its pool to
+//     D/pool.bin.
 //   pd-kv-peer send --dir=D [--layer_delay_ms=X --corrupt --timeout_ms=T]
 //     reads D/target.pb, fills its own pool with random bytes (dumped to
 //     D/source.bin), writes the target's positions layer by layer over UCX
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -38,6 +43,9 @@ ABSL_FLAG(int32_t, timeout_ms, 10000, "deadline of the whole transfer");
 ABSL_FLAG(int32_t, layer_delay_ms, 0,
           "send: pause after each layer (stands for its compute)");
 ABSL_FLAG(bool, corrupt, false, "send: corrupt one byte of every write");
+ABSL_FLAG(std::string, pool, "allocated",
+          "receive: the pool's memory: allocated by the transport (as decode "
+          "workers do) or registered heap memory");
 
 namespace pdserve::kv_transfer {
 
@@ -75,9 +83,9 @@ int Finish(const std::string& dir, const absl::Status& status) {
   }
 }
 
-void Dump(const std::string& path, const std::vector<uint8_t>& bytes) {
+void Dump(const std::string& path, const uint8_t* bytes, size_t size) {
   std::ofstream out(path + ".tmp", std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  out.write(reinterpret_cast<const char*>(bytes), size);
   out.close();
   std::rename((path + ".tmp").c_str(), path.c_str());
 }
@@ -95,13 +103,27 @@ std::vector<uint8_t> RandomPool(uint64_t bytes, uint32_t seed) {
 int Receive(const std::string& dir) {
   const v1::KvLayout layout = SmolLm2Layout(absl::GetFlag(FLAGS_blocks));
   const KvGeometry geometry = *KvGeometry::FromProto(layout);
-  std::vector<uint8_t> pool = RandomPool(geometry.pool_bytes(), 2);
+  // What the pool holds before the transfer (the test knows it too).
+  const std::vector<uint8_t> initial = RandomPool(geometry.pool_bytes(), 2);
   absl::StatusOr<std::unique_ptr<UcxTransport>> transport =
       UcxTransport::Create({.name = "receiver"});
   if (!transport.ok()) return Finish(dir, transport.status());
-  absl::StatusOr<RegionId> region =
-      (*transport)
-          ->RegisterRegion(pool.data(), pool.size(), v1::MEMORY_KIND_HOST, 0);
+  std::vector<uint8_t> heap;
+  uint8_t* pool = nullptr;
+  absl::StatusOr<RegionId> region;
+  if (absl::GetFlag(FLAGS_pool) == "allocated") {
+    absl::StatusOr<AllocatedRegion> allocated =
+        (*transport)->AllocateRegion(initial.size());
+    if (!allocated.ok()) return Finish(dir, allocated.status());
+    region = allocated->id;
+    pool = allocated->base;
+    std::memcpy(pool, initial.data(), initial.size());
+  } else {
+    heap = initial;
+    pool = heap.data();
+    region = (*transport)
+                 ->RegisterRegion(pool, heap.size(), v1::MEMORY_KIND_HOST, 0);
+  }
   if (!region.ok()) return Finish(dir, region.status());
 
   v1::KvTransferTarget target;
@@ -137,8 +159,8 @@ int Receive(const std::string& dir) {
     return Finish(dir, absl::DataLossError("unparsable notice"));
   }
   const absl::Status verified =
-      VerifyKvTransfer(notice, target, pool.data(), geometry);
-  Dump(dir + "/pool.bin", pool);
+      VerifyKvTransfer(notice, target, pool, geometry);
+  Dump(dir + "/pool.bin", pool, initial.size());
   PD_LOG(INFO) << "received " << notice.bytes_written() << " bytes in "
                << notice.transfer_ms() << " ms: " << verified;
   return Finish(dir, verified);
@@ -155,7 +177,7 @@ int Send(const std::string& dir) {
   const v1::KvLayout layout = SmolLm2Layout(absl::GetFlag(FLAGS_blocks));
   const KvGeometry geometry = *KvGeometry::FromProto(layout);
   std::vector<uint8_t> pool = RandomPool(geometry.pool_bytes(), 1);
-  Dump(dir + "/source.bin", pool);
+  Dump(dir + "/source.bin", pool.data(), pool.size());
   absl::StatusOr<std::unique_ptr<UcxTransport>> ucx =
       UcxTransport::Create({.name = "sender"});
   if (!ucx.ok()) return Finish(dir, ucx.status());

@@ -17,12 +17,21 @@
 // Every operation is non-blocking: PostWrite/PostNotice return an operation
 // id at once, and Poll reports kInProgress until the operation has finished
 // (or failed, or passed its deadline). "In progress" is a state, not an error.
+// Where the destination is memory this process can address (in-process, or
+// a peer's shared memory that UCX maps here) the copy is the whole transfer:
+// PostWrite makes it on the caller's thread and returns a finished
+// operation.
 //
 // Failure contract: an operation fails (never hangs) when the peer dies, the
 // connection breaks, or its deadline passes; after a failed or cancelled
 // write, bytes may still land in the remote region until the transport has
 // torn down the connection, so the receiver must treat those blocks as
 // quarantined (see ReleaseRequest.writes_quiesced in proto/worker.proto).
+// A copy into mapped memory checks its deadline every megabyte and stops
+// there. A write may succeed into the memory of a peer that has just died
+// (the mapping outlives it), so the notice, not the write, is what tells a
+// writer that its peer took the transfer; no byte ever reaches a process
+// that replaced a dead peer (a new region is a new mapping).
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef PDSERVE_KV_TRANSFER_TRANSPORT_H_
@@ -73,6 +82,12 @@ struct WriteRequest {
   absl::Time deadline = absl::InfiniteFuture();
 };
 
+// Memory a transport allocated and registered (KvTransport::AllocateRegion).
+struct AllocatedRegion {
+  RegionId id = 0;
+  uint8_t* base = nullptr;  // Page-aligned and zero-filled.
+};
+
 class KvTransport {
  public:
   virtual ~KvTransport() = default;
@@ -84,7 +99,17 @@ class KvTransport {
   virtual absl::StatusOr<RegionId> RegisterRegion(void* base, uint64_t length,
                                                   v1::MemoryKind memory_kind,
                                                   int device_id) = 0;
-  // FAILED_PRECONDITION while operations on the region are in flight.
+  // Allocates `length` bytes of host memory that peers write into faster
+  // than into memory passed to RegisterRegion, and registers them (UCX:
+  // shared memory, which a writer on the same host maps and stores into
+  // directly instead of sending the bytes through a connection).
+  // DeregisterRegion frees the memory. UNIMPLEMENTED when the transport has
+  // no such memory: allocate it yourself and RegisterRegion it.
+  virtual absl::StatusOr<AllocatedRegion> AllocateRegion(uint64_t length) {
+    return absl::UnimplementedError("this transport does not allocate regions");
+  }
+  // FAILED_PRECONDITION while operations on the region are in flight. Frees
+  // the memory of a region from AllocateRegion.
   virtual absl::Status DeregisterRegion(RegionId region) = 0;
 
   // What a peer needs to write into `region` (opaque transport bytes plus

@@ -2,6 +2,7 @@
 // (two transports in this process stand for the two sides).
 #include "kv_transfer/transport.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -291,6 +292,118 @@ TEST(UcxTransportTest, DescribesTheLanesItUses) {
   absl::StatusOr<std::string> lanes = (*a)->DescribeConnection(*peer);
   ASSERT_TRUE(lanes.ok()) << lanes.status();
   EXPECT_THAT(*lanes, HasSubstr("lane["));
+}
+
+// Two UCX transports of one process share a shared-memory domain, as two
+// processes on one host do.
+class UcxAllocatedRegionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto writer = UcxTransport::Create({.name = "writer"});
+    auto receiver = UcxTransport::Create({.name = "receiver"});
+    ASSERT_TRUE(writer.ok() && receiver.ok());
+    writer_ = std::move(writer).value();
+    receiver_ = std::move(receiver).value();
+    auto source = writer_->RegisterRegion(source_.data(), source_.size(),
+                                          v1::MEMORY_KIND_HOST, 0);
+    ASSERT_TRUE(source.ok()) << source.status();
+    source_region_ = *source;
+    auto allocated = receiver_->AllocateRegion(kPoolBytes);
+    ASSERT_TRUE(allocated.ok()) << allocated.status();
+    allocated_ = *allocated;
+  }
+
+  // Writes `extents` and a notice after them; checks every byte of the
+  // allocated region (written ones from the source, the rest still zero).
+  void WriteAndCheck(PeerRegionId peer, const std::vector<Extent>& extents) {
+    absl::StatusOr<OperationId> write = writer_->PostWrite(
+        {source_region_, peer, extents, absl::Now() + absl::Seconds(20)});
+    ASSERT_TRUE(write.ok()) << write.status();
+    EXPECT_TRUE(writer_->Wait(*write, absl::Now() + absl::Seconds(20)).ok());
+    absl::StatusOr<OperationId> notice =
+        writer_->PostNotice(peer, "t", "done", absl::Now() + absl::Seconds(20));
+    ASSERT_TRUE(notice.ok());
+    EXPECT_TRUE(writer_->Wait(*notice, absl::Now() + absl::Seconds(20)).ok());
+    EXPECT_EQ(*receiver_->AwaitNotice("t", absl::Now() + absl::Seconds(20)),
+              "done");
+    std::vector<uint8_t> expected(kPoolBytes, 0);
+    for (const Extent& e : extents) {
+      std::memcpy(expected.data() + e.remote_offset,
+                  source_.data() + e.local_offset, e.length);
+    }
+    EXPECT_EQ(std::memcmp(allocated_.base, expected.data(), kPoolBytes), 0);
+  }
+
+  static constexpr size_t kPoolBytes = 4 << 20;
+  std::vector<uint8_t> source_ = RandomBytes(kPoolBytes, 1);
+  std::unique_ptr<UcxTransport> writer_;
+  std::unique_ptr<UcxTransport> receiver_;
+  RegionId source_region_ = 0;
+  AllocatedRegion allocated_;
+  // Coalescing runs, a lone small extent, one of several pieces.
+  const std::vector<Extent> extents_ = {{4096, 8192, 512},
+                                        {4608, 8704, 512},
+                                        {100, 3 << 20, 7},
+                                        {1 << 20, 1 << 20, (2 << 20) + 5}};
+};
+
+TEST_F(UcxAllocatedRegionTest, IsZeroedPageAlignedAndStoredIntoDirectly) {
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(allocated_.base) % 4096, 0u);
+  EXPECT_TRUE(std::all_of(allocated_.base, allocated_.base + kPoolBytes,
+                          [](uint8_t b) { return b == 0; }));
+  const v1::MemoryRegionDescriptor descriptor =
+      *receiver_->ExportRegion(allocated_.id);
+  EXPECT_FALSE(descriptor.shared_memory_domain().empty());
+  auto peer = writer_->ImportPeerRegion(descriptor);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_THAT(*writer_->DescribeConnection(*peer),
+              HasSubstr("direct stores into the peer's shared memory"));
+  // A direct write is the copy itself: done when PostWrite returns.
+  absl::StatusOr<OperationId> write = writer_->PostWrite(
+      {source_region_, *peer, {{0, 0, 64}}, absl::Now() + absl::Seconds(20)});
+  ASSERT_TRUE(write.ok());
+  EXPECT_EQ(writer_->Poll(*write).state, OperationState::kDone);
+  std::memset(allocated_.base, 0, 64);
+  WriteAndCheck(*peer, extents_);
+}
+
+TEST_F(UcxAllocatedRegionTest, AnotherDomainsRegionIsWrittenThroughTheLanes) {
+  // As from another machine or another IPC/PID namespace: the mapping UCX
+  // might offer is not trusted.
+  v1::MemoryRegionDescriptor descriptor =
+      *receiver_->ExportRegion(allocated_.id);
+  descriptor.set_shared_memory_domain("another-host/ipc:[1]/pid:[1]");
+  auto peer = writer_->ImportPeerRegion(descriptor);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_THAT(*writer_->DescribeConnection(*peer),
+              HasSubstr("puts through the lanes"));
+  WriteAndCheck(*peer, extents_);
+}
+
+TEST_F(UcxAllocatedRegionTest, AWriteOverItsDeadlineStoresNothing) {
+  auto peer =
+      writer_->ImportPeerRegion(*receiver_->ExportRegion(allocated_.id));
+  ASSERT_TRUE(peer.ok());
+  absl::StatusOr<OperationId> write = writer_->PostWrite(
+      {source_region_, *peer, extents_, absl::Now() - absl::Seconds(1)});
+  ASSERT_TRUE(write.ok());
+  EXPECT_EQ(writer_->Wait(*write, absl::Now() + absl::Seconds(20)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(std::all_of(allocated_.base, allocated_.base + kPoolBytes,
+                          [](uint8_t b) { return b == 0; }));
+}
+
+TEST_F(UcxAllocatedRegionTest, DeregisteringFreesItAndReleasedPeersGoToo) {
+  auto peer =
+      writer_->ImportPeerRegion(*receiver_->ExportRegion(allocated_.id));
+  ASSERT_TRUE(peer.ok());
+  EXPECT_TRUE(writer_->ReleasePeerRegion(*peer).ok());
+  EXPECT_EQ(
+      writer_->PostWrite({source_region_, *peer, extents_}).status().code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_EQ(writer_->resource_counts().peer_regions, 0u);
+  EXPECT_TRUE(receiver_->DeregisterRegion(allocated_.id).ok());
+  EXPECT_EQ(receiver_->resource_counts().regions, 0u);
 }
 
 }  // namespace

@@ -118,9 +118,8 @@ void UcxTransport::State::FailConnection(Connection* connection,
   // UCX allows destroying an rkey only once the operations using it are
   // over: the forced close below ends them; destroy after it completes.
   for (auto& [id, peer] : peers) {
-    if (peer->address == connection->address && peer->rkey != nullptr) {
-      rkeys_to_destroy.push_back(peer->rkey);
-      peer->rkey = nullptr;
+    if (peer->address == connection->address) {
+      DropRkey(peer.get(), /*after_close=*/true);
     }
   }
   eps_to_close.push_back(connection->ep);
@@ -162,15 +161,52 @@ absl::StatusOr<ucp_rkey_h> UcxTransport::State::RkeyFor(
       peer->rkey_generation == connection->generation) {
     return peer->rkey;
   }
-  if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
-  peer->rkey = nullptr;
+  DropRkey(peer, /*after_close=*/false);
   const ucs_status_t status =
       ucp_ep_rkey_unpack(connection->ep, peer->packed_rkey.data(), &peer->rkey);
   if (status != UCS_OK) {
     return UcxError("cannot unpack the peer's remote key", status);
   }
   peer->rkey_generation = connection->generation;
+  // Shared memory (a region the peer allocated through UCX, on this host)
+  // maps into our address space: writes then store straight into it. The
+  // endpoint keeps peer error handling, which in UCX 1.13 only its TCP lanes
+  // offer, for the notices; see ucx_transport.h. Our own domain check comes
+  // first, so a mapping is never trusted across machines or namespaces on
+  // UCX's word alone.
+  void* mapped = nullptr;
+  if (peer->memory_kind == v1::MEMORY_KIND_HOST &&
+      !shared_memory_domain.empty() &&
+      peer->shared_memory_domain == shared_memory_domain &&
+      ucp_rkey_ptr(peer->rkey, peer->base, &mapped) == UCS_OK) {
+    // One mapping covers the region when both ends map contiguously.
+    void* last = nullptr;
+    if (ucp_rkey_ptr(peer->rkey, peer->base + peer->length - 1, &last) ==
+            UCS_OK &&
+        static_cast<uint8_t*>(last) ==
+            static_cast<uint8_t*>(mapped) + peer->length - 1) {
+      SetDirect(peer, static_cast<uint8_t*>(mapped));
+    }
+  }
   return peer->rkey;
+}
+
+void UcxTransport::State::SetDirect(PeerRegion* peer, uint8_t* direct) {
+  absl::MutexLock lock(&owner->bounds_mutex_);
+  peer->direct = direct;
+  auto it = owner->peer_bounds_.find(peer->id);
+  if (it != owner->peer_bounds_.end()) it->second.direct = direct;
+}
+
+void UcxTransport::State::DropRkey(PeerRegion* peer, bool after_close) {
+  if (peer->direct != nullptr) SetDirect(peer, nullptr);
+  if (peer->rkey == nullptr) return;
+  if (after_close) {
+    rkeys_to_destroy.push_back(peer->rkey);
+  } else {
+    ucp_rkey_destroy(peer->rkey);
+  }
+  peer->rkey = nullptr;
 }
 
 }  // namespace pdserve::kv_transfer

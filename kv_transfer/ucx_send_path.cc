@@ -44,7 +44,7 @@ void UcxTransport::State::Finish(Op* op, absl::Status status) {
 void UcxTransport::State::DestroyPeer(PeerRegion* peer) {
   for (auto it = peers.begin(); it != peers.end(); ++it) {
     if (it->second.get() != peer) continue;
-    if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
+    DropRkey(peer, /*after_close=*/false);
     peers.erase(it);
     return;
   }
@@ -151,7 +151,14 @@ void UcxTransport::State::StartWrite(OperationId id,
   ++local->inflight;
   op->peer = peer;
   ++peer->inflight;
-  for (const Extent& e : CoalesceExtents(request.extents)) {
+  const std::vector<Extent> extents = CoalesceExtents(request.extents);
+  if (peer->direct != nullptr && local->memory_kind == v1::MEMORY_KIND_HOST) {
+    // Mapped only now (the first write after a reconnection): store here;
+    // PostWrite stores on its caller's thread from now on.
+    Finish(op, CopyExtents(peer->direct, local->base, extents, op->deadline));
+    return;
+  }
+  for (const Extent& e : extents) {
     if (!EndpointAlive(op)) break;  // Failed during an earlier put.
     ucp_request_param_t param = {};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "kv_transfer/extents.h"
 #include "kv_transfer/ucx_transport_state.h"
@@ -26,42 +27,83 @@ absl::StatusOr<RegionId> UcxTransport::RegisterRegion(
       memory_kind != v1::MEMORY_KIND_CUDA) {
     return absl::InvalidArgumentError("unknown memory kind");
   }
-  absl::StatusOr<RegionId> result;
-  RunAndWait([&](State& s) {
-    ucp_mem_map_params_t params = {};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                        UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                        UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-    params.address = base;
-    params.length = length;
+  PD_ASSIGN_OR_RETURN(const AllocatedRegion region,
+                      MapRegion(base, length, memory_kind, device_id));
+  return region.id;
+}
+
+absl::StatusOr<AllocatedRegion> UcxTransport::AllocateRegion(uint64_t length) {
+  if (length == 0) {
+    return absl::InvalidArgumentError("cannot allocate an empty region");
+  }
+  return MapRegion(nullptr, length, v1::MEMORY_KIND_HOST, 0);
+}
+
+absl::StatusOr<AllocatedRegion> UcxTransport::MapRegion(
+    void* base, uint64_t length, v1::MemoryKind memory_kind, int device_id) {
+  ucp_mem_map_params_t params = {};
+  params.field_mask =
+      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = base;
+  params.length = length;
+  if (base == nullptr) {
+    // UCX allocates with the first method of UCX_ALLOC_PRIO that works:
+    // System V or POSIX shared memory by default, which peers on this host
+    // can map; plain memory (reached only through the endpoint) after that.
+    params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    params.flags = UCP_MEM_MAP_ALLOCATE;
+  } else {
+    params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
     params.memory_type = memory_kind == v1::MEMORY_KIND_CUDA
                              ? UCS_MEMORY_TYPE_CUDA
                              : UCS_MEMORY_TYPE_HOST;
+  }
+  absl::StatusOr<AllocatedRegion> result;
+  RunAndWait([&](State& s) {
     auto region = std::make_unique<State::LocalRegion>();
     ucs_status_t status = ucp_mem_map(s.context, &params, &region->memh);
     if (status != UCS_OK) {
       result = UcxError("ucp_mem_map", status);
       return;
     }
+    ucp_mem_attr_t attr = {};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    status = ucp_mem_query(region->memh, &attr);
     void* rkey = nullptr;
     size_t rkey_size = 0;
-    status = ucp_rkey_pack(s.context, region->memh, &rkey, &rkey_size);
+    if (status == UCS_OK) {
+      status = ucp_rkey_pack(s.context, region->memh, &rkey, &rkey_size);
+    }
     if (status != UCS_OK) {
       ucp_mem_unmap(s.context, region->memh);
-      result = UcxError("ucp_rkey_pack", status);
+      result = UcxError("packing the region's remote key", status);
       return;
     }
     region->packed_rkey.assign(static_cast<const char*>(rkey), rkey_size);
     ucp_rkey_buffer_release(rkey);
-    region->base = static_cast<uint8_t*>(base);
+    // Allocated memory: its address is UCX's choice (page-aligned by every
+    // allocation method but the heap's, which is refused: pool bases must
+    // be page-aligned).
+    region->base = static_cast<uint8_t*>(base != nullptr ? base : attr.address);
+    if (base == nullptr &&
+        reinterpret_cast<uintptr_t>(region->base) % ::getpagesize() != 0) {
+      ucp_mem_unmap(s.context, region->memh);
+      result = absl::ResourceExhaustedError(
+          "UCX allocated a region that is not page-aligned");
+      return;
+    }
     region->length = length;
     region->memory_kind = memory_kind;
     region->device_id = device_id;
     const RegionId id = s.next_id++;
+    AllocatedRegion allocated{.id = id, .base = region->base};
     s.regions[id] = std::move(region);
-    absl::MutexLock lock(&sizes_mutex_);
-    region_sizes_[id] = length;
-    result = id;
+    absl::MutexLock lock(&bounds_mutex_);
+    local_bounds_[id] = {.length = length,
+                         .host_base = memory_kind == v1::MEMORY_KIND_HOST
+                                          ? allocated.base
+                                          : nullptr};
+    result = allocated;
   });
   return result;
 }
@@ -79,8 +121,8 @@ absl::Status UcxTransport::DeregisterRegion(RegionId region) {
     } else {
       ucp_mem_unmap(s.context, it->second->memh);
       s.regions.erase(it);
-      absl::MutexLock lock(&sizes_mutex_);
-      region_sizes_.erase(region);
+      absl::MutexLock lock(&bounds_mutex_);
+      local_bounds_.erase(region);
     }
   });
   return result;
@@ -105,6 +147,9 @@ absl::StatusOr<v1::MemoryRegionDescriptor> UcxTransport::ExportRegion(
     descriptor.set_length_bytes(it->second->length);
     descriptor.set_memory_kind(it->second->memory_kind);
     descriptor.set_device_id(it->second->device_id);
+    if (it->second->memory_kind == v1::MEMORY_KIND_HOST) {
+      descriptor.set_shared_memory_domain(s.shared_memory_domain);
+    }
     result = std::move(descriptor);
   });
   return result;
@@ -130,6 +175,9 @@ absl::StatusOr<PeerRegionId> UcxTransport::ImportPeerRegion(
     peer->packed_rkey = descriptor.remote_key();
     peer->base = descriptor.base_address();
     peer->length = descriptor.length_bytes();
+    peer->memory_kind = descriptor.memory_kind();
+    peer->shared_memory_domain = descriptor.shared_memory_domain();
+    peer->id = s.next_id++;
     // Connect now, so an unreachable peer is reported here.
     absl::StatusOr<State::Connection*> connection =
         s.GetConnection(peer->address);
@@ -142,9 +190,15 @@ absl::StatusOr<PeerRegionId> UcxTransport::ImportPeerRegion(
       result = rkey.status();
       return;
     }
-    const PeerRegionId id = s.next_id++;
-    absl::MutexLock lock(&sizes_mutex_);
-    peer_sizes_[id] = peer->length;
+    const PeerRegionId id = peer->id;
+    {
+      absl::MutexLock lock(&bounds_mutex_);
+      peer_bounds_[id] = {.length = peer->length, .direct = peer->direct};
+    }
+    PD_LOG(INFO) << options_.name << ": peer region " << descriptor.region_id()
+                 << (peer->direct != nullptr
+                         ? " is shared memory: writes store into it directly"
+                         : " is written through the endpoint's lanes");
     s.peers[id] = std::move(peer);
     result = id;
   });
@@ -160,13 +214,14 @@ absl::Status UcxTransport::ReleasePeerRegion(PeerRegionId peer) {
       return;
     }
     {
-      absl::MutexLock lock(&sizes_mutex_);
-      peer_sizes_.erase(peer);  // No new writes to it.
+      // No new writes to it; waits for direct stores in progress.
+      absl::MutexLock lock(&bounds_mutex_);
+      peer_bounds_.erase(peer);
     }
     if (it->second->inflight > 0) {
       it->second->released = true;  // Freed when its last write ends.
     } else {
-      if (it->second->rkey != nullptr) ucp_rkey_destroy(it->second->rkey);
+      s.DropRkey(it->second.get(), /*after_close=*/false);
       s.peers.erase(it);
     }
   });
@@ -178,19 +233,29 @@ absl::StatusOr<OperationId> UcxTransport::PostWrite(
   // Validated here, on the caller's thread; the progress thread rechecks
   // that both regions still exist when it starts the write.
   {
-    absl::MutexLock lock(&sizes_mutex_);
-    auto local = region_sizes_.find(request.local_region);
-    auto peer = peer_sizes_.find(request.remote_region);
-    if (local == region_sizes_.end()) {
+    absl::ReaderMutexLock lock(&bounds_mutex_);
+    auto local = local_bounds_.find(request.local_region);
+    auto peer = peer_bounds_.find(request.remote_region);
+    if (local == local_bounds_.end()) {
       return absl::NotFoundError(
           absl::StrCat("no local region ", request.local_region));
     }
-    if (peer == peer_sizes_.end()) {
+    if (peer == peer_bounds_.end()) {
       return absl::NotFoundError(
           absl::StrCat("no peer region ", request.remote_region));
     }
-    PD_RETURN_IF_ERROR(
-        ValidateExtents(request.extents, local->second, peer->second));
+    PD_RETURN_IF_ERROR(ValidateExtents(request.extents, local->second.length,
+                                       peer->second.length));
+    if (peer->second.direct != nullptr && local->second.host_base != nullptr) {
+      // The peer's memory is mapped here: the copy is the whole transfer,
+      // done on this thread with no hand-off (the reader lock keeps the
+      // mapping; see bounds_mutex_).
+      const OperationId id = operations_.Add();
+      operations_.Complete(
+          id, CopyExtents(peer->second.direct, local->second.host_base,
+                          CoalesceExtents(request.extents), request.deadline));
+      return id;
+    }
   }
   const OperationId id = operations_.Add();
   Enqueue([this, id, request](State& s) { s.StartWrite(id, request); });
@@ -226,8 +291,16 @@ absl::StatusOr<std::string> UcxTransport::DescribeConnection(
         s.GetConnection(it->second->address);
     if (!connection.ok()) {
       result = connection.status();
+    } else if (absl::StatusOr<ucp_rkey_h> rkey =
+                   s.RkeyFor(it->second.get(), *connection);
+               !rkey.ok()) {
+      result = rkey.status();
     } else {
-      result = (*connection)->lanes;
+      result = absl::StrCat((*connection)->lanes,
+                            it->second->direct != nullptr
+                                ? "; writes: direct stores into the "
+                                  "peer's shared memory"
+                                : "; writes: puts through the lanes");
     }
   });
   return result;

@@ -52,12 +52,20 @@ struct UcxTransport::State {
   };
 
   struct PeerRegion {
+    PeerRegionId id = 0;
     std::string address;  // The peer worker's address (opaque bytes).
     std::string packed_rkey;
     uint64_t base = 0;
     uint64_t length = 0;
+    v1::MemoryKind memory_kind = v1::MEMORY_KIND_HOST;
+    // From the descriptor: which processes may map the region's memory.
+    std::string shared_memory_domain;
     ucp_rkey_h rkey = nullptr;  // Unpacked on `rkey_generation`'s ep.
     uint64_t rkey_generation = 0;
+    // The region's memory mapped into this process (ucp_rkey_ptr), when it
+    // is shared memory of a process in our domain; valid while `rkey` is.
+    // Writes store into it directly instead of putting through the ep.
+    uint8_t* direct = nullptr;
     int inflight = 0;       // Writes using the rkey, not yet finished.
     bool released = false;  // ReleasePeerRegion called; freed at inflight 0.
   };
@@ -95,6 +103,9 @@ struct UcxTransport::State {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   std::string worker_address;
+  // This process's MemoryRegionDescriptor.shared_memory_domain; empty when
+  // it cannot be read (then no region is written directly).
+  std::string shared_memory_domain;
   int epoll_fd = -1;
 
   uint64_t next_id = 1;
@@ -118,8 +129,15 @@ struct UcxTransport::State {
   // its endpoint for a forced close; the next operation reconnects.
   void FailConnection(Connection* connection, const absl::Status& why);
   void CloseScheduledEndpoints();
-  // `peer`'s remote key, unpacked on `connection`'s current endpoint.
+  // `peer`'s remote key, unpacked on `connection`'s current endpoint (and
+  // `peer->direct` set where the region can be stored into directly).
   absl::StatusOr<ucp_rkey_h> RkeyFor(PeerRegion* peer, Connection* connection);
+  // Forgets `peer`'s remote key (and its mapping); destroyed at once, or
+  // once the endpoint's forced close completes (`after_close`).
+  void DropRkey(PeerRegion* peer, bool after_close);
+  // Sets `peer->direct` and what PostWrite sees of it (owner->peer_bounds_),
+  // under the writer lock: no caller is storing into the old mapping after.
+  void SetDirect(PeerRegion* peer, uint8_t* direct);
 
   // --- operations (ucx_send_path.cc) ---------------------------------------
 

@@ -8,6 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +28,23 @@ using ucx_internal::kNoticeAmId;
 using ucx_internal::UcxError;
 
 namespace {
+
+// MemoryRegionDescriptor.shared_memory_domain of this process: the boot id
+// and the IPC and PID namespaces, which together decide whether another
+// process's System V or POSIX (/proc/<pid>/fd) shared memory is the same
+// memory here. Empty when any of them cannot be read.
+std::string SharedMemoryDomain() {
+  std::ifstream boot_id_file("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot_id_file, boot_id);
+  std::error_code ipc_error, pid_error;
+  const std::filesystem::path ipc =
+      std::filesystem::read_symlink("/proc/self/ns/ipc", ipc_error);
+  const std::filesystem::path pid =
+      std::filesystem::read_symlink("/proc/self/ns/pid", pid_error);
+  if (boot_id.empty() || ipc_error || pid_error) return "";
+  return absl::StrCat(boot_id, "/", ipc.string(), "/", pid.string());
+}
 
 // How long the progress thread spins after the last activity, while work is
 // in flight, before it sleeps on UCX's events.
@@ -90,6 +111,7 @@ absl::Status UcxTransport::Start() {
   s.worker_address.assign(reinterpret_cast<const char*>(address),
                           address_length);
   ucp_worker_release_address(s.worker, address);
+  s.shared_memory_domain = SharedMemoryDomain();
 
   ucp_am_handler_param_t handler = {};
   handler.field_mask =

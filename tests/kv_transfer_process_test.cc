@@ -1,23 +1,32 @@
 // KV transfers between two real processes over real UCX (pd-kv-peer):
-// byte-exact delivery with default transports and with UCX_TLS=tcp, a dead
-// receiver or sender detected within the deadline, and corruption detected.
+// byte-exact delivery into a pool the transport allocated (shared memory the
+// sender stores into directly, as a decode worker's pool) and into a
+// registered one (written through the endpoint), also with UCX_TLS=tcp; a
+// dead receiver or sender detected within the deadline; corruption
+// detected; and a receiver killed in the middle of a large direct write,
+// after which the same writer moves a request byte-exact into a new one.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/local_cluster.h"
+#include "common/status_macros.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kv_transfer/kv_block_transfer.h"
+#include "kv_transfer/ucx_transport.h"
 #include "proto/kv_transfer.pb.h"
 
 namespace pdserve {
@@ -52,11 +61,18 @@ class KvTransferProcessTest : public ::testing::Test {
   std::unique_ptr<Subprocess> Start(const std::string& role,
                                     std::vector<std::string> flags,
                                     std::vector<std::string> env = {}) {
+    return StartIn(dir_, role, std::move(flags), std::move(env));
+  }
+
+  std::unique_ptr<Subprocess> StartIn(const std::string& dir,
+                                      const std::string& role,
+                                      std::vector<std::string> flags,
+                                      std::vector<std::string> env = {}) {
     SubprocessOptions options;
-    options.argv = {PeerBinary(), role, "--dir=" + dir_};
+    options.argv = {PeerBinary(), role, "--dir=" + dir};
     options.argv.insert(options.argv.end(), flags.begin(), flags.end());
     options.extra_env = std::move(env);
-    options.log_path = absl::StrCat(dir_, "/", role, ".log");
+    options.log_path = absl::StrCat(dir, "/", role, ".log");
     absl::StatusOr<std::unique_ptr<Subprocess>> process =
         Subprocess::Start(options);
     EXPECT_TRUE(process.ok()) << process.status();
@@ -66,14 +82,27 @@ class KvTransferProcessTest : public ::testing::Test {
   // Starts a receiver and waits until it has published its target.
   std::unique_ptr<Subprocess> StartReceiver(std::vector<std::string> flags,
                                             std::vector<std::string> env = {}) {
-    auto receiver = Start("receive", std::move(flags), std::move(env));
+    return StartReceiverIn(dir_, std::move(flags), std::move(env));
+  }
+
+  std::unique_ptr<Subprocess> StartReceiverIn(
+      const std::string& dir, std::vector<std::string> flags,
+      std::vector<std::string> env = {}) {
+    auto receiver = StartIn(dir, "receive", std::move(flags), std::move(env));
     const absl::Time give_up = absl::Now() + absl::Seconds(20);
-    while (!std::filesystem::exists(dir_ + "/target.pb") &&
+    while (!std::filesystem::exists(dir + "/target.pb") &&
            absl::Now() < give_up && receiver->running()) {
       absl::SleepFor(absl::Milliseconds(10));
     }
-    EXPECT_TRUE(std::filesystem::exists(dir_ + "/target.pb")) << Log("receive");
+    EXPECT_TRUE(std::filesystem::exists(dir + "/target.pb"))
+        << cli::TailOfFile(dir + "/receive.log");
     return receiver;
+  }
+
+  v1::KvTransferTarget ReadTarget(const std::string& dir) {
+    v1::KvTransferTarget target;
+    EXPECT_TRUE(target.ParseFromString(ReadFile(dir + "/target.pb")));
+    return target;
   }
 
   int ExitCode(Subprocess& process, absl::Duration timeout) {
@@ -142,11 +171,25 @@ class KvTransferProcessTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(KvTransferProcessTest, MovesAPoolByteExactWithUcxDefaultTransports) {
+// What pd-kv-peer's sender logs when it imports the receiver's region.
+constexpr char kDirect[] = "is shared memory: writes store into it directly";
+constexpr char kThroughLanes[] = "is written through the endpoint's lanes";
+
+TEST_F(KvTransferProcessTest, StoresDirectlyIntoAnAllocatedPoolByteExact) {
   auto receiver = StartReceiver({"--tokens=1000"});
   auto sender = Start("send", {});
   EXPECT_EQ(ExitCode(*sender, absl::Seconds(30)), 0) << Log("send");
   EXPECT_EQ(ExitCode(*receiver, absl::Seconds(30)), 0) << Log("receive");
+  EXPECT_THAT(Log("send"), HasSubstr(kDirect));
+  ExpectByteExact();
+}
+
+TEST_F(KvTransferProcessTest, WritesARegisteredPoolThroughTheEndpoint) {
+  auto receiver = StartReceiver({"--tokens=1000", "--pool=registered"});
+  auto sender = Start("send", {});
+  EXPECT_EQ(ExitCode(*sender, absl::Seconds(30)), 0) << Log("send");
+  EXPECT_EQ(ExitCode(*receiver, absl::Seconds(30)), 0) << Log("receive");
+  EXPECT_THAT(Log("send"), HasSubstr(kThroughLanes));
   ExpectByteExact();
 }
 
@@ -186,9 +229,10 @@ TEST_F(KvTransferProcessTest,
 }
 
 TEST_F(KvTransferProcessTest, AStalledReceiverFailsTheSenderAtItsDeadline) {
-  auto receiver = StartReceiver({"--timeout_ms=60000"});
+  auto receiver = StartReceiver({"--timeout_ms=60000", "--pool=registered"});
   // The receiver is alive but stops answering (SIGSTOP): no error reaches
-  // the sender, so only its 2 s deadline can end the transfer.
+  // the sender, whose writes through the endpoint need the receiver's
+  // progress, so only its 2 s deadline can end the transfer.
   auto sender = Start("send", {"--layer_delay_ms=100", "--timeout_ms=2000"});
   absl::SleepFor(absl::Milliseconds(300));
   receiver->Signal(SIGSTOP);
@@ -210,6 +254,140 @@ TEST_F(KvTransferProcessTest,
   EXPECT_EQ(ExitCode(*receiver, absl::Seconds(20)), 4) << Log("receive");
   EXPECT_LT(absl::Now() - start, absl::Seconds(6));
   EXPECT_THAT(ReadFile(dir_ + "/result.txt"), HasSubstr("DEADLINE_EXCEEDED"));
+}
+
+// The writer side of a transfer, in this process: the request's KV from
+// `source` (laid out as pd-kv-peer send lays it: blocks 0..n-1 of a pool
+// with the target's layout) into `target`'s blocks.
+absl::Status TransferFromThisProcess(kv_transfer::KvTransport& transport,
+                                     kv_transfer::RegionId local,
+                                     const std::vector<uint8_t>& source,
+                                     const v1::KvTransferTarget& target) {
+  PD_ASSIGN_OR_RETURN(const kv_transfer::PeerRegionId remote,
+                      transport.ImportPeerRegion(target.region()));
+  kv_transfer::KvTransferWriterOptions options;
+  options.transport = &transport;
+  options.local_region = local;
+  options.local_pool = source.data();
+  options.local_layout = target.layout();
+  for (int i = 0; i < target.block_ids_size(); ++i) {
+    options.local_block_ids.push_back(i);
+  }
+  options.target = target;
+  options.remote_region = remote;
+  options.prefill_worker_id = "test";
+  options.deadline = absl::Now() + absl::Seconds(10);
+  PD_ASSIGN_OR_RETURN(std::unique_ptr<kv_transfer::KvTransferWriter> writer,
+                      kv_transfer::KvTransferWriter::Create(options));
+  for (uint32_t layer = 0; layer < target.layout().num_layers(); ++layer) {
+    PD_RETURN_IF_ERROR(writer->WriteLayer(layer));
+  }
+  return writer->Finish().status();
+}
+
+TEST_F(KvTransferProcessTest,
+       AReceiverKilledInTheMiddleOfALargeDirectWriteCorruptsNothingLater) {
+  // Receiver A: a 250 MB pool the transport allocated (shared memory), in a
+  // folder of its own.
+  const std::string a_dir = dir_ + "/a";
+  std::filesystem::create_directories(a_dir);
+  auto a = StartReceiverIn(
+      a_dir, {"--blocks=700", "--tokens=16", "--timeout_ms=60000"});
+  const v1::KvTransferTarget a_target = ReadTarget(a_dir);
+  const uint64_t pool_bytes = a_target.region().length_bytes();
+  ASSERT_GT(pool_bytes, uint64_t{200} << 20);
+
+  // This process writes: the pool pd-kv-peer's receivers check against
+  // (seed 1), dumped for ExpectByteExact.
+  std::vector<uint8_t> source(pool_bytes);
+  std::mt19937_64 rng(1);
+  for (size_t i = 0; i + 8 <= source.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(source.data() + i, &v, 8);
+  }
+  auto transport = kv_transfer::UcxTransport::Create({.name = "test-writer"});
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  const absl::StatusOr<kv_transfer::RegionId> local =
+      (*transport)
+          ->RegisterRegion(source.data(), source.size(), v1::MEMORY_KIND_HOST,
+                           0);
+  ASSERT_TRUE(local.ok()) << local.status();
+  const absl::StatusOr<kv_transfer::PeerRegionId> to_a =
+      (*transport)->ImportPeerRegion(a_target.region());
+  ASSERT_TRUE(to_a.ok()) << to_a.status();
+  EXPECT_THAT(*(*transport)->DescribeConnection(*to_a),
+              HasSubstr("direct stores"));
+
+  // Whole-pool writes into A, one after another, until one fails (or 20 s
+  // pass: the test then fails below instead of hanging).
+  std::atomic<int> writes_started{0};
+  std::atomic<bool> in_write{false};
+  absl::Status last_write;
+  absl::Time failed_at;
+  const absl::Time stop_writing = absl::Now() + absl::Seconds(20);
+  std::thread writer([&] {
+    while (absl::Now() < stop_writing) {
+      writes_started.fetch_add(1);
+      in_write = true;
+      absl::StatusOr<kv_transfer::OperationId> op =
+          (*transport)
+              ->PostWrite({*local,
+                           *to_a,
+                           {{0, 0, pool_bytes}},
+                           absl::Now() + absl::Seconds(5)});
+      last_write = op.ok() ? (*transport)->Wait(*op, absl::InfiniteFuture())
+                           : op.status();
+      in_write = false;
+      if (!last_write.ok()) {
+        failed_at = absl::Now();
+        return;
+      }
+    }
+  });
+  // Kill A a few milliseconds into the third write (each takes tens of
+  // milliseconds: 250 MB), and note whether that write was still running.
+  while (writes_started.load() < 3) absl::SleepFor(absl::Microseconds(100));
+  absl::SleepFor(absl::Milliseconds(3));
+  const int write_at_kill = writes_started.load();
+  a->Signal(SIGKILL);
+  const bool killed_mid_write = in_write.load() && write_at_kill == 3 &&
+                                writes_started.load() == write_at_kill;
+  const absl::Time killed = absl::Now();
+  writer.join();
+  EXPECT_TRUE(killed_mid_write);
+  // The death reaches the writer through the endpoint (its TCP connection),
+  // and no write stores into A after that: the next one fails at once.
+  EXPECT_EQ(last_write.code(), absl::StatusCode::kUnavailable) << last_write;
+  EXPECT_LT(failed_at - killed, absl::Seconds(5));
+  EXPECT_EQ(ExitCode(*a, absl::Seconds(5)), -SIGKILL);
+  absl::StatusOr<kv_transfer::OperationId> notice =
+      (*transport)
+          ->PostNotice(*to_a, a_target.transfer_id(), "",
+                       absl::Now() + absl::Seconds(2));
+  ASSERT_TRUE(notice.ok());
+  EXPECT_FALSE(
+      (*transport)->Wait(*notice, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_TRUE((*transport)->ReleasePeerRegion(*to_a).ok());
+
+  // Receiver B, a new process: the same writer moves a request into it,
+  // byte-exact, and nothing else of B's pool changes.
+  auto b = StartReceiver({"--tokens=1000", "--blocks=96"});
+  const v1::KvTransferTarget b_target = ReadTarget(dir_);
+  std::vector<uint8_t> b_source(b_target.region().length_bytes());
+  std::memcpy(b_source.data(), source.data(), b_source.size());
+  {
+    std::ofstream out(dir_ + "/source.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(b_source.data()), b_source.size());
+  }
+  const absl::StatusOr<kv_transfer::RegionId> b_local =
+      (*transport)
+          ->RegisterRegion(b_source.data(), b_source.size(),
+                           v1::MEMORY_KIND_HOST, 0);
+  ASSERT_TRUE(b_local.ok()) << b_local.status();
+  EXPECT_TRUE(
+      TransferFromThisProcess(**transport, *b_local, b_source, b_target).ok());
+  EXPECT_EQ(ExitCode(*b, absl::Seconds(30)), 0) << Log("receive");
+  ExpectByteExact();
 }
 
 }  // namespace
