@@ -273,7 +273,9 @@ int Writer() {
                    "/kv_transfer_bench.", ::getpid());
   std::filesystem::create_directories(dir);
   SubprocessOptions receiver_options;
-  receiver_options.argv = {SelfPath(), "--role=receiver", "--dir=" + dir};
+  receiver_options.argv = {
+      SelfPath(), "--role=receiver", "--dir=" + dir,
+      "--receiver_memory=" + absl::GetFlag(FLAGS_receiver_memory)};
   receiver_options.log_path = dir + "/receiver.log";
   auto receiver = Subprocess::Start(receiver_options);
   if (!receiver.ok()) {

@@ -119,10 +119,14 @@ absl::Status UcxTransport::DeregisterRegion(RegionId region) {
           absl::StrCat("region ", region, " has ", it->second->inflight,
                        " writes in flight"));
     } else {
+      {
+        // First, so no direct store reads it any more (waits for those
+        // running): unmapping frees an allocated region's memory.
+        absl::MutexLock lock(&bounds_mutex_);
+        local_bounds_.erase(region);
+      }
       ucp_mem_unmap(s.context, it->second->memh);
       s.regions.erase(it);
-      absl::MutexLock lock(&bounds_mutex_);
-      local_bounds_.erase(region);
     }
   });
   return result;
