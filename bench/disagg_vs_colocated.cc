@@ -1,15 +1,28 @@
 // The experiment that justifies disaggregation: the same workload against
 //   (a) disaggregated  P prefill + D decode workers, and
 //   (b) colocated      P + D colocated workers (both phases in one process),
-// on the same cores (one worker pinned per core, in both configurations),
-// sweeping the request rate. Reports goodput (requests/s meeting both the
-// TTFT and the TPOT SLO), SLO attainment, p99 TTFT and TPOT per rate, and
-// the goodput ratio disaggregated / colocated.
+//       once per chunked-prefill token budget of --colocated_budgets (the
+//       budget bounds how long a prefill chunk stalls the decode streams
+//       batched with it, as in Sarathi-Serve; the best budget is the
+//       colocated baseline),
+// on the same cores (one worker pinned per core, in every configuration),
+// sweeping the request rate. Goodput counts the requests that meet three
+// SLOs: TTFT, TPOT and their longest inter-token gap. Reports goodput, SLO
+// attainment, p99 TTFT, TPOT, ITL and longest gap per rate, each phase's
+// share of a request's time (queue, prefill compute, KV transfer tail,
+// decode), and the ratio of the disaggregated goodput to the best colocated
+// configuration's.
 //
-// The SLOs default to multiples of what one request alone gets on the
-// colocated cluster, measured in the same run (--slo_ttft_factor,
-// --slo_tpot_factor); --slo_ttft_ms / --slo_tpot_ms fix them instead. Each
-// rate runs --repeats times (fresh prompts each time) and the medians are
+// Workloads (--workload): long_prompts (prompts of 1000-4000 tokens,
+// outputs of 100-300), chat_trace (the synthetic chat trace of
+// loadgen::SyntheticChatTrace at each rate: log-normal lengths, shared
+// system prompts) or uniform (--prompt_tokens, --output_tokens, +-50 %).
+//
+// The SLOs default to multiples of what one request alone gets on the first
+// colocated configuration, measured in the same run (--slo_ttft_factor,
+// --slo_tpot_factor, --slo_itl_factor); --slo_ttft_ms / --slo_tpot_ms /
+// --slo_max_itl_ms fix them instead. Each rate runs --repeats times (fresh
+// prompts each time, the same for every configuration) and the medians are
 // reported. Per-configuration reports (pdctl bench's JSON layout) go next to
 // --json, for bench/plot_serving.py.
 //
@@ -21,10 +34,12 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,20 +63,35 @@ ABSL_FLAG(std::string, bin_dir, "bazel-bin", "where the server binaries are");
 ABSL_FLAG(std::string, work_dir, "/tmp/pdserve-disagg-bench", "cluster logs");
 ABSL_FLAG(int32_t, prefill, 1, "P: prefill workers (and as many colocated)");
 ABSL_FLAG(int32_t, decode, 1, "D: decode workers (and as many colocated)");
+ABSL_FLAG(std::string, workload, "long_prompts",
+          "long_prompts (prompts of 1000-4000 tokens, outputs of 100-300), "
+          "chat_trace (synthetic chat trace at each rate) or uniform");
+ABSL_FLAG(std::vector<std::string>, colocated_budgets,
+          std::vector<std::string>({"512", "256", "128", "64"}),
+          "chunked-prefill token budgets (--max_batch_tokens) of the "
+          "colocated workers; one configuration each, the first sets the "
+          "SLOs");
 ABSL_FLAG(std::vector<std::string>, request_rate,
-          std::vector<std::string>({"0.5", "1", "1.5", "2"}),
+          std::vector<std::string>({"0.1", "0.2", "0.3"}),
           "request rates to sweep (requests/s)");
-ABSL_FLAG(int32_t, num_requests, 20, "requests per rate and repeat");
+ABSL_FLAG(int32_t, num_requests, 16, "requests per rate and repeat");
 ABSL_FLAG(int32_t, repeats, 3, "runs per rate (medians reported)");
-ABSL_FLAG(int32_t, prompt_tokens, 128, "mean prompt length (uniform +-50%)");
-ABSL_FLAG(int32_t, output_tokens, 96, "mean output length (uniform +-50%)");
+ABSL_FLAG(int32_t, prompt_tokens, 128,
+          "uniform workload: mean prompt length (+-50%)");
+ABSL_FLAG(int32_t, output_tokens, 96,
+          "uniform workload: mean output length (+-50%)");
 ABSL_FLAG(double, burstiness, 1.0, "gamma shape of arrivals (1 = Poisson)");
 ABSL_FLAG(double, slo_ttft_factor, 5.0,
           "TTFT SLO = this x one request's TTFT on the colocated cluster");
 ABSL_FLAG(double, slo_tpot_factor, 3.0,
           "TPOT SLO = this x one request's TPOT on the colocated cluster");
+ABSL_FLAG(double, slo_itl_factor, 3.0,
+          "longest-gap SLO = this x one request's longest inter-token gap "
+          "on the colocated cluster");
 ABSL_FLAG(double, slo_ttft_ms, 0, "fixed TTFT SLO (overrides the factor)");
 ABSL_FLAG(double, slo_tpot_ms, 0, "fixed TPOT SLO (overrides the factor)");
+ABSL_FLAG(double, slo_max_itl_ms, 0,
+          "fixed longest-gap SLO (overrides the factor)");
 ABSL_FLAG(int32_t, threads, 1, "forward-pass threads per worker");
 ABSL_FLAG(std::string, json, "", "write the comparison here");
 
@@ -71,9 +101,10 @@ namespace {
 using json = nlohmann::json;
 
 struct Config {
-  std::string name;  // "disaggregated", "colocated"
+  std::string name;  // "disaggregated", "colocated-512", ...
   cli::LocalClusterOptions options;
-  std::string cores;  // as printed
+  std::string cores;   // as printed
+  int32_t budget = 0;  // colocated: the chunked-prefill budget; else 0
 };
 
 std::vector<int> AllowedCpus() {
@@ -86,10 +117,12 @@ std::vector<int> AllowedCpus() {
   return cpus;
 }
 
-// One worker per core, in the same order in both configurations: worker i
+// One worker per core, in the same order in every configuration: worker i
 // of P + D gets core i % cores. The router (and this load generator) are
-// not pinned: they share the cores with the workers, equally in both.
-std::vector<Config> Configs(const std::vector<int>& cpus) {
+// not pinned: they share the cores with the workers, equally in all.
+// Colocated configurations first, one per budget: the first one's lone
+// request sets the SLOs.
+absl::StatusOr<std::vector<Config>> Configs(const std::vector<int>& cpus) {
   const int p = absl::GetFlag(FLAGS_prefill), d = absl::GetFlag(FLAGS_decode);
   cli::LocalClusterOptions base;
   base.bin_dir = absl::GetFlag(FLAGS_bin_dir);
@@ -99,61 +132,113 @@ std::vector<Config> Configs(const std::vector<int>& cpus) {
   base.worker_args = {absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)),
                       "--kv_cache_mb=256"};
   base.startup_timeout = absl::Seconds(120);
-  Config disagg{"disaggregated", base, ""};
+  std::vector<Config> configs;
+  for (const std::string& b : absl::GetFlag(FLAGS_colocated_budgets)) {
+    int32_t budget = 0;
+    if (!absl::SimpleAtoi(b, &budget) || budget <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad --colocated_budgets entry '", b, "'"));
+    }
+    Config coloc{absl::StrCat("colocated-", budget), base, "", budget};
+    coloc.options.num_prefill = 0;
+    coloc.options.num_decode = 0;
+    coloc.options.num_colocated = p + d;
+    coloc.options.pool_args["colocated"] = {
+        absl::StrCat("--max_batch_tokens=", budget)};
+    configs.push_back(std::move(coloc));
+  }
+  if (configs.empty()) {
+    return absl::InvalidArgumentError("--colocated_budgets is empty");
+  }
+  Config disagg{"disaggregated", base, "", 0};
   disagg.options.num_prefill = p;
   disagg.options.num_decode = d;
-  Config coloc{"colocated", base, ""};
-  coloc.options.num_prefill = 0;
-  coloc.options.num_decode = 0;
-  coloc.options.num_colocated = p + d;
-  std::vector<std::string> disagg_names, coloc_names;
-  for (int i = 0; i < p; ++i)
-    disagg_names.push_back(absl::StrCat("prefill-", i));
-  for (int i = 0; i < d; ++i)
-    disagg_names.push_back(absl::StrCat("decode-", i));
-  for (int i = 0; i < p + d; ++i) {
-    coloc_names.push_back(absl::StrCat("colocated-", i));
-  }
-  for (auto [config, names] :
-       {std::pair{&disagg, &disagg_names}, std::pair{&coloc, &coloc_names}}) {
-    std::vector<std::string> shown;
-    for (size_t i = 0; i < names->size(); ++i) {
-      const int cpu = cpus[i % cpus.size()];
-      config->options.process_cpus[(*names)[i]] = {cpu};
-      shown.push_back(absl::StrCat((*names)[i], "->cpu", cpu));
+  configs.push_back(std::move(disagg));
+  for (Config& config : configs) {
+    std::vector<std::string> names;
+    if (config.budget == 0) {
+      for (int i = 0; i < p; ++i) names.push_back(absl::StrCat("prefill-", i));
+      for (int i = 0; i < d; ++i) names.push_back(absl::StrCat("decode-", i));
+    } else {
+      for (int i = 0; i < p + d; ++i) {
+        names.push_back(absl::StrCat("colocated-", i));
+      }
     }
-    config->cores = absl::StrCat(absl::StrJoin(shown, ", "),
-                                 "; router and load generator unpinned");
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const int cpu = cpus[i % cpus.size()];
+      config.options.process_cpus[names[i]] = {cpu};
+      shown.push_back(absl::StrCat(names[i], "->cpu", cpu));
+    }
+    config.cores = absl::StrCat(absl::StrJoin(shown, ", "),
+                                "; router and load generator unpinned");
   }
-  // Colocated first: its lone request sets the SLOs.
-  return {coloc, disagg};
+  return configs;
 }
 
-loadgen::WorkloadOptions Workload(int num_requests, uint64_t seed) {
+// The requests of one run (rate index, repeat): the same for every
+// configuration.
+absl::StatusOr<std::vector<loadgen::BenchRequest>> Workload(
+    int num_requests, double rate, uint64_t seed, const std::string& dir) {
+  const std::string kind = absl::GetFlag(FLAGS_workload);
   loadgen::WorkloadOptions w;
-  w.kind = loadgen::WorkloadKind::kUniform;
   w.num_requests = num_requests;
-  w.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
-  w.output_tokens = absl::GetFlag(FLAGS_output_tokens);
-  w.range_ratio = 0.5;
   w.seed = seed;
-  return w;
+  if (kind == "chat_trace") {
+    loadgen::SyntheticTraceOptions t;
+    t.num_requests = num_requests;
+    t.rate = rate;
+    t.seed = seed;
+    w.kind = loadgen::WorkloadKind::kTrace;
+    w.trace_path = absl::StrCat(dir, "/chat_trace_", seed, ".jsonl");
+    std::ofstream(w.trace_path) << loadgen::SyntheticChatTrace(t);
+  } else if (kind == "long_prompts") {
+    w.kind = loadgen::WorkloadKind::kUniform;
+    w.prompt_tokens = 2500;  // 1000..4000
+    w.range_ratio = 0.6;
+    w.output_tokens = 200;  // 100..300
+    w.output_range_ratio = 0.5;
+  } else if (kind == "uniform") {
+    w.kind = loadgen::WorkloadKind::kUniform;
+    w.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+    w.output_tokens = absl::GetFlag(FLAGS_output_tokens);
+    w.range_ratio = 0.5;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --workload '", kind, "'"));
+  }
+  return loadgen::MakeWorkload(w);
 }
 
 double Median(std::vector<double> v) { return loadgen::Percentile(v, 0.5); }
 
 // One request at a time: what a request gets from an idle cluster.
 struct Unloaded {
-  double ttft_ms = 0, tpot_ms = 0;
+  double ttft_ms = 0, tpot_ms = 0, max_itl_ms = 0;
 };
-// The workload's mean lengths exactly; every one of the five must succeed
-// (a baseline from failures would make every SLO 0, that is none).
+// Five requests of the workload's typical shape (its mean lengths; the chat
+// trace's medians), one at a time; every one must succeed (a baseline from
+// failures would make every SLO 0, that is none). Medians.
 absl::StatusOr<Unloaded> MeasureUnloaded(loadgen::Target& target) {
-  loadgen::WorkloadOptions w = Workload(5, 777);
+  loadgen::WorkloadOptions w;
   w.kind = loadgen::WorkloadKind::kFixed;
+  w.num_requests = 5;
+  w.seed = 777;
+  const std::string kind = absl::GetFlag(FLAGS_workload);
+  if (kind == "long_prompts") {
+    w.prompt_tokens = 2500;
+    w.output_tokens = 200;
+  } else if (kind == "chat_trace") {
+    const loadgen::SyntheticTraceOptions t;
+    w.prompt_tokens = static_cast<int32_t>(t.prompt_median);
+    w.output_tokens = static_cast<int32_t>(t.output_median);
+  } else {
+    w.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+    w.output_tokens = absl::GetFlag(FLAGS_output_tokens);
+  }
   PD_ASSIGN_OR_RETURN(std::vector<loadgen::BenchRequest> requests,
                       loadgen::MakeWorkload(w));
-  std::vector<double> ttft, tpot;
+  std::vector<double> ttft, tpot, max_itl;
   for (const loadgen::BenchRequest& r : requests) {
     const loadgen::RequestRecord rec =
         target.Send(r, absl::Now(), absl::Minutes(2));
@@ -163,16 +248,54 @@ absl::StatusOr<Unloaded> MeasureUnloaded(loadgen::Target& target) {
     }
     ttft.push_back(absl::ToDoubleMilliseconds(rec.ttft));
     tpot.push_back(absl::ToDoubleMilliseconds(rec.tpot()));
+    max_itl.push_back(loadgen::LongestGapMs(rec));
   }
-  return Unloaded{Median(ttft), Median(tpot)};
+  return Unloaded{Median(ttft), Median(tpot), Median(max_itl)};
+}
+
+// Where the time of the completed requests of one run went, as shares of
+// their summed end-to-end time: queueing and prefill compute (as the router
+// reports them), the KV transfer's tail after the compute, the rest of the
+// time to the first token (routing, admission, streaming), and decoding.
+struct PhaseShares {
+  double queue = 0, prefill = 0, transfer_tail = 0, other_ttft = 0, decode = 0;
+};
+PhaseShares SharesOf(const std::vector<loadgen::RequestRecord>& records) {
+  PhaseShares sums;
+  double total = 0;
+  for (const loadgen::RequestRecord& r : records) {
+    if (!r.ok()) continue;
+    const double ttft = absl::ToDoubleMilliseconds(r.ttft);
+    const double e2e = absl::ToDoubleMilliseconds(r.e2e);
+    sums.queue += r.server_queue_ms;
+    sums.prefill += r.server_prefill_ms;
+    sums.transfer_tail += r.server_transfer_tail_ms;
+    sums.other_ttft +=
+        std::max(0.0, ttft - r.server_queue_ms - r.server_prefill_ms -
+                          r.server_transfer_tail_ms);
+    sums.decode += e2e - ttft;
+    total += e2e;
+  }
+  if (total <= 0) return {};
+  return {sums.queue / total, sums.prefill / total, sums.transfer_tail / total,
+          sums.other_ttft / total, sums.decode / total};
 }
 
 struct RatePoint {
   double rate = 0;
   double goodput = 0, attainment = 0, throughput = 0;
-  double p99_ttft = 0, p99_tpot = 0, p50_ttft = 0, p50_tpot = 0;
+  double p99_ttft = 0, p99_tpot = 0, p99_itl = 0, p99_max_itl = 0;
+  PhaseShares shares;  // Medians over the repeats, share by share.
   int64_t failed = 0;
 };
+
+json ToJson(const PhaseShares& s) {
+  return {{"queue", s.queue},
+          {"prefill", s.prefill},
+          {"transfer_tail", s.transfer_tail},
+          {"other_ttft", s.other_ttft},
+          {"decode", s.decode}};
+}
 
 int Main() {
   const std::vector<int> cpus = AllowedCpus();
@@ -190,18 +313,30 @@ int Main() {
     rates.push_back(rate);
   }
   const std::string work_dir = absl::GetFlag(FLAGS_work_dir);
+  std::filesystem::create_directories(work_dir);
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
-  std::vector<Config> configs = Configs(cpus);
-  loadgen::Slo slo{absl::GetFlag(FLAGS_slo_ttft_ms),
-                   absl::GetFlag(FLAGS_slo_tpot_ms)};
+  absl::StatusOr<std::vector<Config>> made = Configs(cpus);
+  if (!made.ok()) {
+    absl::FPrintF(stderr, "%s\n", made.status().ToString());
+    return 2;
+  }
+  std::vector<Config>& configs = *made;
+  loadgen::Slo slo{.ttft_ms = absl::GetFlag(FLAGS_slo_ttft_ms),
+                   .tpot_ms = absl::GetFlag(FLAGS_slo_tpot_ms),
+                   .max_itl_ms = absl::GetFlag(FLAGS_slo_max_itl_ms)};
+  const std::string workload = absl::GetFlag(FLAGS_workload);
   json out = {{"model", configs[0].options.model_path},
+              {"workload", workload},
               {"prompt_tokens", absl::GetFlag(FLAGS_prompt_tokens)},
               {"output_tokens", absl::GetFlag(FLAGS_output_tokens)},
               {"num_requests", absl::GetFlag(FLAGS_num_requests)},
               {"repeats", repeats},
-              {"burstiness", absl::GetFlag(FLAGS_burstiness)}};
+              {"burstiness", absl::GetFlag(FLAGS_burstiness)},
+              {"configurations", json::array()}};
   std::map<std::string, std::vector<RatePoint>> points;
-  for (Config& config : configs) {
+  Unloaded alone;
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    Config& config = configs[ci];
     config.options.work_dir = absl::StrCat(work_dir, "/", config.name);
     std::filesystem::create_directories(config.options.work_dir);
     absl::FPrintF(stderr, "== %s: %s\n", config.name, config.cores);
@@ -214,37 +349,48 @@ int Main() {
     loadgen::TargetOptions target_options;
     target_options.url = absl::StrCat("grpc://", (*cluster)->router_address());
     auto target = loadgen::MakeTarget(target_options);
-    const absl::StatusOr<Unloaded> measured = MeasureUnloaded(**target);
-    if (!measured.ok()) {
-      absl::FPrintF(stderr, "%s: %s\n", config.name,
-                    measured.status().ToString());
-      return 1;
-    }
-    const Unloaded alone = *measured;
-    absl::FPrintF(stderr, "   one request alone: TTFT %.1f ms, TPOT %.2f ms\n",
-                  alone.ttft_ms, alone.tpot_ms);
-    if (slo.ttft_ms <= 0) {
-      slo.ttft_ms = absl::GetFlag(FLAGS_slo_ttft_factor) * alone.ttft_ms;
-    }
-    if (slo.tpot_ms <= 0) {
-      slo.tpot_ms = absl::GetFlag(FLAGS_slo_tpot_factor) * alone.tpot_ms;
+    if (ci == 0) {
+      const absl::StatusOr<Unloaded> measured = MeasureUnloaded(**target);
+      if (!measured.ok()) {
+        absl::FPrintF(stderr, "%s: %s\n", config.name,
+                      measured.status().ToString());
+        return 1;
+      }
+      alone = *measured;
+      absl::FPrintF(stderr,
+                    "   one request alone: TTFT %.1f ms, TPOT %.2f ms, "
+                    "longest gap %.1f ms\n",
+                    alone.ttft_ms, alone.tpot_ms, alone.max_itl_ms);
+      if (slo.ttft_ms <= 0) {
+        slo.ttft_ms = absl::GetFlag(FLAGS_slo_ttft_factor) * alone.ttft_ms;
+      }
+      if (slo.tpot_ms <= 0) {
+        slo.tpot_ms = absl::GetFlag(FLAGS_slo_tpot_factor) * alone.tpot_ms;
+      }
+      if (slo.max_itl_ms <= 0) {
+        slo.max_itl_ms = absl::GetFlag(FLAGS_slo_itl_factor) * alone.max_itl_ms;
+      }
     }
     json report = {{"label", config.name},
                    {"target", (*target)->Describe()},
                    {"cores", config.cores},
-                   {"unloaded_ttft_ms", alone.ttft_ms},
-                   {"unloaded_tpot_ms", alone.tpot_ms},
+                   {"colocated_budget", config.budget},
                    {"runs", json::array()}};
     for (size_t ri = 0; ri < rates.size(); ++ri) {
-      std::vector<double> good, attain, thr, p99t, p99p, p50t, p50p;
+      std::vector<double> good, attain, thr, p99t, p99p, p99i, p99m;
+      std::vector<std::vector<double>> shares(5);
       int64_t failed = 0;
       for (int rep = 0; rep < repeats; ++rep) {
-        // The same prompts and arrivals for both configurations.
+        // The same prompts and arrivals for every configuration.
         const uint64_t seed = 1000 * ri + rep;
-        auto requests = loadgen::MakeWorkload(
-            Workload(absl::GetFlag(FLAGS_num_requests), seed));
+        auto requests = Workload(absl::GetFlag(FLAGS_num_requests), rates[ri],
+                                 seed, work_dir);
+        if (!requests.ok()) {
+          absl::FPrintF(stderr, "%s\n", requests.status().ToString());
+          return 2;
+        }
         loadgen::LoadOptions options;
-        options.request_rate = rates[ri];
+        options.request_rate = rates[ri];  // A trace keeps its own arrivals.
         options.burstiness = absl::GetFlag(FLAGS_burstiness);
         options.seed = seed;
         options.request_timeout = absl::Minutes(5);
@@ -257,23 +403,39 @@ int Main() {
         thr.push_back(s.request_throughput);
         p99t.push_back(s.ttft_ms.p99);
         p99p.push_back(s.tpot_ms.p99);
-        p50t.push_back(s.ttft_ms.p50);
-        p50p.push_back(s.tpot_ms.p50);
+        p99i.push_back(s.itl_ms.p99);
+        p99m.push_back(s.max_itl_ms.p99);
+        const PhaseShares ps = SharesOf(result.records);
+        for (int k = 0; k < 5; ++k) {
+          shares[k].push_back(std::array{ps.queue, ps.prefill, ps.transfer_tail,
+                                         ps.other_ttft, ps.decode}[k]);
+        }
         failed += s.failed;
         json run = loadgen::ToJson(s);
         run["repeat"] = rep;
+        run["phase_shares"] = ToJson(ps);
         run["requests"] = loadgen::ToJson(result.records);
         // The plot draws one CDF per rate: the first repeat's.
         if (rep == 0) report["runs"].push_back(std::move(run));
       }
-      RatePoint p{rates[ri],    Median(good), Median(attain),
-                  Median(thr),  Median(p99t), Median(p99p),
-                  Median(p50t), Median(p50p), failed};
+      RatePoint p;
+      p.rate = rates[ri];
+      p.goodput = Median(good);
+      p.attainment = Median(attain);
+      p.throughput = Median(thr);
+      p.p99_ttft = Median(p99t);
+      p.p99_tpot = Median(p99p);
+      p.p99_itl = Median(p99i);
+      p.p99_max_itl = Median(p99m);
+      p.shares = {Median(shares[0]), Median(shares[1]), Median(shares[2]),
+                  Median(shares[3]), Median(shares[4])};
+      p.failed = failed;
       absl::FPrintF(stderr,
                     "   rate %5.2f/s: goodput %5.2f/s (%3.0f%% met SLO), "
-                    "p99 TTFT %7.0f ms, p99 TPOT %6.1f ms, %d failed\n",
+                    "p99 TTFT %7.0f ms, TPOT %6.1f ms, ITL %6.1f ms, longest "
+                    "gap %6.0f ms, %d failed\n",
                     p.rate, p.goodput, 100 * p.attainment, p.p99_ttft,
-                    p.p99_tpot, p.failed);
+                    p.p99_tpot, p.p99_itl, p.p99_max_itl, p.failed);
       points[config.name].push_back(p);
       // The medians over the repeats, beside the first repeat's own
       // figures (bench/plot_serving.py draws the medians when present).
@@ -282,6 +444,9 @@ int Main() {
                                          {"slo_attainment", p.attainment},
                                          {"p99_ttft_ms", p.p99_ttft},
                                          {"p99_tpot_ms", p.p99_tpot},
+                                         {"p99_itl_ms", p.p99_itl},
+                                         {"p99_max_itl_ms", p.p99_max_itl},
+                                         {"phase_shares", ToJson(p.shares)},
                                          {"repeats", repeats}};
     }
     if (const absl::Status stopped = (*cluster)->Stop(absl::Seconds(20));
@@ -289,75 +454,92 @@ int Main() {
       absl::FPrintF(stderr, "%s cluster stopped uncleanly: %s\n", config.name,
                     stopped.ToString());
     }
+    out["configurations"].push_back(config.name);
     out[config.name] = report;
   }
 
   absl::PrintF(
-      "\nDisaggregated (%d prefill + %d decode) vs colocated (%d), %s\n"
-      "SLO: TTFT <= %.0f ms, TPOT <= %.1f ms; uniform prompts %d +-50%%, "
-      "outputs %d +-50%%; medians of %d runs of %d requests\n",
+      "\nDisaggregated (%d prefill + %d decode) vs colocated (%d) at "
+      "chunked-prefill budgets %s; %s\n"
+      "workload %s; SLO: TTFT <= %.0f ms, TPOT <= %.1f ms, longest gap <= "
+      "%.0f ms (one request alone: %.0f ms, %.1f ms, %.0f ms); medians of %d "
+      "runs of %d requests\n",
       absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_decode),
       absl::GetFlag(FLAGS_prefill) + absl::GetFlag(FLAGS_decode),
-      configs[1].cores, slo.ttft_ms, slo.tpot_ms,
-      absl::GetFlag(FLAGS_prompt_tokens), absl::GetFlag(FLAGS_output_tokens),
-      repeats, absl::GetFlag(FLAGS_num_requests));
-  absl::PrintF("%8s | %22s | %22s | %22s | %22s | %6s\n", "rate/s",
-               "goodput/s disagg coloc", "attainment disagg coloc",
-               "p99 TTFT ms dis col", "p99 TPOT ms dis col", "ratio");
+      absl::StrJoin(absl::GetFlag(FLAGS_colocated_budgets), "/"),
+      configs.back().cores, workload, slo.ttft_ms, slo.tpot_ms, slo.max_itl_ms,
+      alone.ttft_ms, alone.tpot_ms, alone.max_itl_ms, repeats,
+      absl::GetFlag(FLAGS_num_requests));
+  absl::PrintF("%7s %-15s | %9s %6s | %8s %7s %7s %8s | %s\n", "rate/s",
+               "configuration", "goodput/s", "met", "p99 TTFT", "TPOT", "ITL",
+               "max gap",
+               "time: queue/prefill/transfer tail/other TTFT/decode");
   json table = json::array();
-  const auto& d = points["disaggregated"];
-  const auto& c = points["colocated"];
+  for (size_t i = 0; i < rates.size(); ++i) {
+    for (const Config& config : configs) {
+      const RatePoint& p = points[config.name][i];
+      absl::PrintF(
+          "%7.2f %-15s | %9.2f %5.0f%% | %8.0f %7.1f %7.1f %8.0f | "
+          "%3.0f%% %3.0f%% %3.0f%% %3.0f%% %3.0f%%\n",
+          p.rate, config.name, p.goodput, 100 * p.attainment, p.p99_ttft,
+          p.p99_tpot, p.p99_itl, p.p99_max_itl, 100 * p.shares.queue,
+          100 * p.shares.prefill, 100 * p.shares.transfer_tail,
+          100 * p.shares.other_ttft, 100 * p.shares.decode);
+      table.push_back({{"rate", p.rate},
+                       {"configuration", config.name},
+                       {"goodput", p.goodput},
+                       {"attainment", p.attainment},
+                       {"p99_ttft_ms", p.p99_ttft},
+                       {"p99_tpot_ms", p.p99_tpot},
+                       {"p99_itl_ms", p.p99_itl},
+                       {"p99_max_itl_ms", p.p99_max_itl},
+                       {"phase_shares", ToJson(p.shares)},
+                       {"failed", p.failed}});
+    }
+  }
+  // Goodput at the best rate of each configuration; the colocated baseline
+  // is its best budget.
+  std::map<std::string, double> best;
+  std::string best_colocated;
+  for (const Config& config : configs) {
+    for (const RatePoint& p : points[config.name]) {
+      best[config.name] = std::max(best[config.name], p.goodput);
+    }
+    if (config.budget > 0 &&
+        (best_colocated.empty() || best[config.name] > best[best_colocated])) {
+      best_colocated = config.name;
+    }
+  }
   // "inf" when only the disaggregated cluster met the SLOs at all.
-  auto ratio_of = [](double a, double b) {
-    return b > 0 ? a / b : (a > 0 ? INFINITY : 0.0);
-  };
-  auto ratio_json = [](double r) {
-    return std::isfinite(r) ? json(r) : json("inf");
-  };
-  for (size_t i = 0; i < rates.size(); ++i) {
-    const double ratio = ratio_of(d[i].goodput, c[i].goodput);
-    absl::PrintF(
-        "%8.2f | %10.2f %11.2f | %9.0f%% %11.0f%% | %10.0f %11.0f | %10.1f "
-        "%11.1f | %6.2f\n",
-        rates[i], d[i].goodput, c[i].goodput, 100 * d[i].attainment,
-        100 * c[i].attainment, d[i].p99_ttft, c[i].p99_ttft, d[i].p99_tpot,
-        c[i].p99_tpot, ratio);
-    table.push_back({{"rate", rates[i]},
-                     {"goodput_disaggregated", d[i].goodput},
-                     {"goodput_colocated", c[i].goodput},
-                     {"goodput_ratio", ratio_json(ratio)},
-                     {"attainment_disaggregated", d[i].attainment},
-                     {"attainment_colocated", c[i].attainment},
-                     {"p99_ttft_ms_disaggregated", d[i].p99_ttft},
-                     {"p99_ttft_ms_colocated", c[i].p99_ttft},
-                     {"p99_tpot_ms_disaggregated", d[i].p99_tpot},
-                     {"p99_tpot_ms_colocated", c[i].p99_tpot},
-                     {"failed_disaggregated", d[i].failed},
-                     {"failed_colocated", c[i].failed}});
+  const double d = best["disaggregated"], c = best[best_colocated];
+  const double ratio = c > 0 ? d / c : (d > 0 ? INFINITY : 0.0);
+  std::string per_config;
+  for (const Config& config : configs) {
+    absl::StrAppendFormat(&per_config, " %s %.3f/s;", config.name,
+                          best[config.name]);
   }
-  // Goodput at the best rate of each: the usual one-number summary.
-  double best_d = 0, best_c = 0;
-  for (size_t i = 0; i < rates.size(); ++i) {
-    best_d = std::max(best_d, d[i].goodput);
-    best_c = std::max(best_c, c[i].goodput);
-  }
-  absl::PrintF(
-      "max goodput: disaggregated %.2f/s, colocated %.2f/s, ratio %.2f\n",
-      best_d, best_c, ratio_of(best_d, best_c));
+  absl::PrintF("max goodput:%s disaggregated / best colocated (%s) = %.2f\n",
+               per_config, best_colocated, ratio);
   out["slo_ttft_ms"] = slo.ttft_ms;
   out["slo_tpot_ms"] = slo.tpot_ms;
+  out["slo_max_itl_ms"] = slo.max_itl_ms;
+  out["unloaded"] = {{"ttft_ms", alone.ttft_ms},
+                     {"tpot_ms", alone.tpot_ms},
+                     {"max_itl_ms", alone.max_itl_ms}};
   out["table"] = table;
-  out["max_goodput_ratio"] = ratio_json(ratio_of(best_d, best_c));
+  out["best_colocated"] = best_colocated;
+  out["max_goodput"] = best;
+  out["max_goodput_ratio"] = std::isfinite(ratio) ? json(ratio) : json("inf");
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     std::ofstream(json_path) << loadgen::DumpJson(out) << "\n";
-    for (const char* name : {"disaggregated", "colocated"}) {
+    for (const Config& config : configs) {
       const std::string path =
           std::filesystem::path(json_path).replace_extension(
-              absl::StrCat(".", name, ".json"));
-      std::ofstream(path) << loadgen::DumpJson(out[name]) << "\n";
+              absl::StrCat(".", config.name, ".json"));
+      std::ofstream(path) << loadgen::DumpJson(out[config.name]) << "\n";
     }
-    absl::FPrintF(stderr, "wrote %s (and its .disaggregated/.colocated.json)\n",
+    absl::FPrintF(stderr, "wrote %s (and one .<configuration>.json each)\n",
                   json_path);
   }
   return 0;

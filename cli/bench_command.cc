@@ -50,6 +50,9 @@ ABSL_FLAG(double, burstiness, 1.0,
 ABSL_FLAG(int32_t, max_concurrency, 0, "bench: most requests in flight");
 ABSL_FLAG(double, slo_ttft_ms, 0, "bench: TTFT target for goodput (0 = none)");
 ABSL_FLAG(double, slo_tpot_ms, 0, "bench: TPOT target for goodput (0 = none)");
+ABSL_FLAG(double, slo_max_itl_ms, 0,
+          "bench: target for each request's longest inter-token gap, for "
+          "goodput (0 = none)");
 ABSL_FLAG(uint64_t, seed, 0, "bench: seed of prompts and arrivals");
 ABSL_FLAG(int32_t, vocab_size, 49152,
           "bench: prompt token ids are drawn below this (the model's vocab)");
@@ -155,7 +158,8 @@ int Bench() {
   const double burstiness = absl::GetFlag(FLAGS_burstiness);
   if (!(burstiness > 0)) return Usage("--burstiness must be positive");
   const loadgen::Slo slo{.ttft_ms = absl::GetFlag(FLAGS_slo_ttft_ms),
-                         .tpot_ms = absl::GetFlag(FLAGS_slo_tpot_ms)};
+                         .tpot_ms = absl::GetFlag(FLAGS_slo_tpot_ms),
+                         .max_itl_ms = absl::GetFlag(FLAGS_slo_max_itl_ms)};
 
   absl::StatusOr<std::unique_ptr<loadgen::Target>> target =
       loadgen::MakeTarget({.url = absl::GetFlag(FLAGS_target),

@@ -33,12 +33,18 @@ Distribution Describe(std::vector<double> values) {
   return d;
 }
 
+double LongestGapMs(const RequestRecord& r) {
+  return r.itl_ms.empty() ? 0
+                          : *std::max_element(r.itl_ms.begin(), r.itl_ms.end());
+}
+
 bool Slo::Met(const RequestRecord& r) const {
   if (!r.ok()) return false;
   if (ttft_ms > 0 && absl::ToDoubleMilliseconds(r.ttft) > ttft_ms) return false;
   if (tpot_ms > 0 && absl::ToDoubleMilliseconds(r.tpot()) > tpot_ms) {
     return false;
   }
+  if (max_itl_ms > 0 && LongestGapMs(r) > max_itl_ms) return false;
   return true;
 }
 
@@ -50,7 +56,7 @@ LoadSummary Summarize(const LoadResult& result, const Slo& slo,
   s.slo = slo;
   s.sent = result.records.size();
   s.duration_s = absl::ToDoubleSeconds(result.duration);
-  std::vector<double> ttft, tpot, itl, e2e;
+  std::vector<double> ttft, tpot, itl, e2e, max_itl;
   int64_t input_tokens = 0, output_tokens = 0;
   for (const RequestRecord& r : result.records) {
     if (!r.ok()) {
@@ -66,6 +72,7 @@ LoadSummary Summarize(const LoadResult& result, const Slo& slo,
     if (r.output_tokens > 1)
       tpot.push_back(absl::ToDoubleMilliseconds(r.tpot()));
     itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+    if (!r.itl_ms.empty()) max_itl.push_back(LongestGapMs(r));
     e2e.push_back(absl::ToDoubleMilliseconds(r.e2e));
   }
   if (s.duration_s > 0) {
@@ -79,6 +86,7 @@ LoadSummary Summarize(const LoadResult& result, const Slo& slo,
   s.tpot_ms = Describe(std::move(tpot));
   s.itl_ms = Describe(std::move(itl));
   s.e2e_ms = Describe(std::move(e2e));
+  s.max_itl_ms = Describe(std::move(max_itl));
   return s;
 }
 
@@ -124,13 +132,16 @@ std::string FormatSummary(const LoadSummary& s) {
   AppendDistribution(&out, "TPOT", s.tpot_ms);
   AppendDistribution(&out, "ITL", s.itl_ms);
   AppendDistribution(&out, "E2E", s.e2e_ms);
+  AppendDistribution(&out, "ITLmx", s.max_itl_ms);
+  auto target = [](double ms) {
+    return ms > 0 ? absl::StrCat(ms) : std::string("any");
+  };
   absl::StrAppendFormat(
       &out,
-      "goodput       %.2f req/s (SLO: TTFT <= %s ms, TPOT <= %s ms; "
-      "%.1f%% of requests met it)\n",
-      s.goodput, s.slo.ttft_ms > 0 ? absl::StrCat(s.slo.ttft_ms) : "any",
-      s.slo.tpot_ms > 0 ? absl::StrCat(s.slo.tpot_ms) : "any",
-      100.0 * s.slo_attainment);
+      "goodput       %.2f req/s (SLO: TTFT <= %s ms, TPOT <= %s ms, longest "
+      "gap <= %s ms; %.1f%% of requests met it)\n",
+      s.goodput, target(s.slo.ttft_ms), target(s.slo.tpot_ms),
+      target(s.slo.max_itl_ms), 100.0 * s.slo_attainment);
   return out;
 }
 
@@ -153,8 +164,10 @@ json ToJson(const LoadSummary& s) {
       {"tpot_ms", ToJson(s.tpot_ms)},
       {"itl_ms", ToJson(s.itl_ms)},
       {"e2e_ms", ToJson(s.e2e_ms)},
+      {"max_itl_ms", ToJson(s.max_itl_ms)},
       {"slo_ttft_ms", s.slo.ttft_ms},
       {"slo_tpot_ms", s.slo.tpot_ms},
+      {"slo_max_itl_ms", s.slo.max_itl_ms},
       {"met_slo", s.met_slo},
       {"goodput", s.goodput},
       {"slo_attainment", s.slo_attainment},

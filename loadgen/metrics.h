@@ -4,9 +4,12 @@
 // Definitions (vLLM's and DistServe's):
 //   TTFT  send -> first output token;  TPOT  (e2e - TTFT) / (tokens - 1);
 //   ITL   gaps between output chunks;  E2E   send -> end of the stream;
-//   goodput  completed requests per second whose TTFT <= slo_ttft_ms and
-//            TPOT <= slo_tpot_ms (an unset SLO holds for every request);
-//   SLO attainment  the fraction of all requests sent that met both.
+//   goodput  completed requests per second whose TTFT <= slo_ttft_ms,
+//            TPOT <= slo_tpot_ms and longest inter-token gap <=
+//            slo_max_itl_ms (an unset SLO holds for every request): a stream
+//            that stalls for a whole prefill chunk misses the last one
+//            however good its mean TPOT;
+//   SLO attainment  the fraction of all requests sent that met them all.
 // Distributions are over successful requests only; percentiles interpolate
 // linearly between order statistics (numpy's default).
 #ifndef PDSERVE_LOADGEN_METRICS_H_
@@ -29,9 +32,13 @@ Distribution Describe(std::vector<double> values);
 // q in [0, 1]; 0 for no values.
 double Percentile(std::vector<double> values, double q);
 
+// A request's longest gap between two output chunks, ms (0 for none).
+double LongestGapMs(const RequestRecord& r);
+
 struct Slo {
-  double ttft_ms = 0;  // 0: no TTFT target
-  double tpot_ms = 0;  // 0: no TPOT target
+  double ttft_ms = 0;     // 0: no TTFT target
+  double tpot_ms = 0;     // 0: no TPOT target
+  double max_itl_ms = 0;  // 0: no target for a request's longest gap
   bool Met(const RequestRecord& r) const;
 };
 
@@ -45,6 +52,8 @@ struct LoadSummary {
   double input_token_throughput = 0;
   double output_token_throughput = 0;
   Distribution ttft_ms, tpot_ms, itl_ms, e2e_ms;
+  // Each request's longest inter-token gap (what slo_max_itl_ms judges).
+  Distribution max_itl_ms;
   Slo slo;
   int64_t met_slo = 0;
   double goodput = 0;         // requests/s

@@ -184,5 +184,28 @@ TEST(MetricsTest, GoodputCountsOnlyRequestsMeetingBothTargets) {
   EXPECT_EQ(ToJson(result.records).size(), 6u);
 }
 
+TEST(MetricsTest, TheLongestGapSloFailsAStreamThatStalledOnce) {
+  // Same TTFT and TPOT; one stream stalls 400 ms once (a colocated worker
+  // running a whole prefill chunk), the other never gaps over 60 ms.
+  RequestRecord steady = Done(100, 1000, 10);
+  steady.itl_ms = {50, 60, 55, 50, 45, 60, 40, 50, 40};
+  RequestRecord stalled = Done(100, 1000, 10);
+  stalled.itl_ms = {10, 10, 400, 10, 10, 10, 10, 20, 20};
+  LoadResult result;
+  result.duration = absl::Seconds(1);
+  result.records = {steady, stalled};
+  const LoadSummary s = Summarize(
+      result, {.ttft_ms = 200, .tpot_ms = 150, .max_itl_ms = 100}, 2, 0);
+  EXPECT_EQ(s.met_slo, 1);
+  EXPECT_EQ(s.max_itl_ms.count, 2);
+  EXPECT_DOUBLE_EQ(s.max_itl_ms.max, 400);
+  EXPECT_DOUBLE_EQ(s.max_itl_ms.p50, 230);  // between 60 and 400
+  // Without the gap target both meet TTFT and TPOT.
+  EXPECT_EQ(Summarize(result, {.ttft_ms = 200, .tpot_ms = 150}, 2, 0).met_slo,
+            2);
+  EXPECT_NE(FormatSummary(s).find("longest gap <= 100 ms"), std::string::npos);
+  EXPECT_EQ(ToJson(s)["slo_max_itl_ms"], 100.0);
+}
+
 }  // namespace
 }  // namespace pdserve::loadgen

@@ -42,8 +42,8 @@ absl::Status ValidateCommon(const WorkloadOptions& o) {
           "prompt_tokens and output_tokens must be positive");
     }
   }
-  if (o.range_ratio < 0 || o.range_ratio >= 1) {
-    return absl::InvalidArgumentError("range_ratio must be in [0, 1)");
+  if (o.range_ratio < 0 || o.range_ratio >= 1 || o.output_range_ratio >= 1) {
+    return absl::InvalidArgumentError("range ratios must be in [0, 1)");
   }
   return absl::OkStatus();
 }
@@ -184,7 +184,10 @@ absl::StatusOr<std::vector<BenchRequest>> MakeWorkload(
     r.output_tokens = o.output_tokens;
     if (o.kind == WorkloadKind::kUniform) {
       prompt = Around(o.prompt_tokens, o.range_ratio, tokens.rng());
-      r.output_tokens = Around(o.output_tokens, o.range_ratio, tokens.rng());
+      r.output_tokens = Around(
+          o.output_tokens,
+          o.output_range_ratio >= 0 ? o.output_range_ratio : o.range_ratio,
+          tokens.rng());
     }
     if (o.kind == WorkloadKind::kSharedPrefix) {
       r.prompt = prefixes[i % prefixes.size()];

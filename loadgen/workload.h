@@ -55,6 +55,8 @@ struct WorkloadOptions {
   int32_t prompt_tokens = 256;
   int32_t output_tokens = 64;
   double range_ratio = 0.5;  // uniform only, in [0, 1)
+  // Uniform only: the outputs' own range ratio; < 0: range_ratio.
+  double output_range_ratio = -1;
   int32_t num_prefixes = 4;  // shared_prefix only
   int32_t prefix_tokens = 512;
   std::string trace_path;  // trace only

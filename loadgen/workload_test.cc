@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -48,6 +50,33 @@ TEST(WorkloadTest, FixedLengthsAreExactAndPromptsDiffer) {
     distinct.insert(r.prompt);
   }
   EXPECT_EQ(distinct.size(), 10u);  // no accidental prefix-cache hits
+}
+
+TEST(WorkloadTest, OutputsMayHaveARangeOfTheirOwn) {
+  // The long-prompt mix of bench/disagg_vs_colocated: prompts 1000-4000,
+  // outputs 100-300.
+  WorkloadOptions o;
+  o.kind = WorkloadKind::kUniform;
+  o.num_requests = 300;
+  o.prompt_tokens = 2500;
+  o.range_ratio = 0.6;
+  o.output_tokens = 200;
+  o.output_range_ratio = 0.5;
+  auto w = MakeWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  int32_t shortest = INT32_MAX, longest = 0;
+  for (const BenchRequest& r : *w) {
+    EXPECT_GE(r.prompt.size(), 1000u);
+    EXPECT_LE(r.prompt.size(), 4000u);
+    EXPECT_GE(r.output_tokens, 100);
+    EXPECT_LE(r.output_tokens, 300);
+    shortest = std::min(shortest, r.output_tokens);
+    longest = std::max(longest, r.output_tokens);
+  }
+  EXPECT_LT(shortest, 120);  // spread over the output range, not the prompts'
+  EXPECT_GT(longest, 280);
+  o.output_range_ratio = 1;
+  EXPECT_FALSE(MakeWorkload(o).ok());
 }
 
 TEST(WorkloadTest, UniformLengthsStayInRangeAndRepeatWithTheSeed) {
