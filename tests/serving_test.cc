@@ -320,11 +320,24 @@ TEST_F(ServingTest, KvAwareRoutingSendsASharedPrefixToTheWorkerHoldingIt) {
     return r;
   };
 
-  // Occupy prefill-0 with a 1024-token prompt: seconds of prefill on one
-  // thread (about 1 s with a CPU twice as fast as AMD Zen 4), while the
-  // first prefix prompt is sent within a heartbeat (200 ms) of prefill-0
-  // reporting it.
-  const v1::GenerateRequest long_prompt = TokenRequest(1024, 99, 1, kVocab);
+  // Occupy prefill-0 with a long prompt: seconds of prefill on one thread,
+  // while the first prefix prompt is sent within a heartbeat (200 ms) of
+  // prefill-0 reporting it. Its length comes from this machine's speed,
+  // measured first on a 256-token prompt (which goes to prefill-0, where
+  // ties go): about 3 s of prefill, up to 1024 tokens (about 2 s on AMD
+  // Zen 4 with AVX-512; without AVX-512 attention runs the portable kernels
+  // and a 1024-token prompt takes minutes in a fastbuild).
+  const Outcome calibration =
+      Generate(cluster_->router_address(), TokenRequest(256, 98, 1, kVocab));
+  ASSERT_TRUE(calibration.status.ok()) << calibration.status;
+  ASSERT_EQ(calibration.timing.prefill_worker_id(), "prefill-0");
+  ExpectKvIdle();
+  const double ms_per_token =
+      std::max(calibration.timing.prefill_compute_ms(), 1.0) / 256;
+  const int32_t long_tokens =
+      static_cast<int32_t>(std::clamp(3000.0 / ms_per_token, 256.0, 1024.0));
+  const v1::GenerateRequest long_prompt =
+      TokenRequest(long_tokens, 99, 1, kVocab);
   Outcome occupied;
   std::atomic<bool> occupied_done{false};
   std::thread occupier([&] {
