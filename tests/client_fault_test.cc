@@ -31,24 +31,11 @@ namespace {
 using testing::FaultRow;
 using testing::FaultTest;
 using testing::Generate;
+using testing::HeavyModelTooSlowHere;
 using testing::HeavyTinyModelPath;
 using testing::OfflineEngine;
 using testing::Outcome;
 using testing::TokenRequest;
-
-// Whether the heavy model runs too slowly here for these tests' timing:
-// under AddressSanitizer on a CPU without AVX-512 VNNI its matrix products
-// are the AVX2 dot products, instrumented, and on an AMD EPYC with AVX2
-// only no 600-token prompt finished its prefill within a minute, nor any
-// first token within a 1 s deadline. The default pass runs both tests on
-// every CPU; the sanitizer pass still runs them where the kernels are fast.
-bool HeavyModelTooSlowHere() {
-#if defined(__SANITIZE_ADDRESS__)
-  return !__builtin_cpu_supports("avx512vnni");
-#else
-  return false;
-#endif
-}
 
 // The port of "http://127.0.0.1:PORT".
 int HttpPort(const std::string& url) {
