@@ -4,7 +4,9 @@
 #   2. checks formatting (clang-format, Google style) of our sources;
 #   3. bazel test //... (targets tagged "gpu" are left out: they run with
 #      `bazel test --config=gpu //...` on a GPU machine);
-#   4. the same tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   4. the same tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+#      (the cluster tests with the compute kernels uninstrumented, which the
+#      kernel, model and engine tests cover instrumented);
 #   5. the kernel tests once more as the serving binaries are built
 #      (--config=opt, -march=native): compilers vectorize differently there,
 #      and the kernels must still equal their scalar references bit for bit;
@@ -34,10 +36,14 @@ else
   echo "format_check failed" >"$results/extra"
 fi
 
-run_bazel_tests() {  # $1 = label, $2 = target pattern, rest = bazel flags
-  local label=$1 pattern=$2; shift 2
-  step "bazel test $pattern $*"
-  bazel test "$pattern" --keep_going --build_event_json_file="$results/$label.bep" "$@"
+run_bazel_tests() {  # $1 = label, $2 = target patterns, rest = bazel flags
+  local label=$1
+  local -a patterns
+  read -ra patterns <<<"$2"
+  shift 2
+  step "bazel test ${patterns[*]} $*"
+  bazel test "$@" --keep_going --build_event_json_file="$results/$label.bep" \
+    -- "${patterns[@]}"
   local rc=$?
   # 0: all passed; 3: some tests failed; 4: no tests. Anything else means the
   # build itself broke, which counts as a failure of its own.
@@ -47,7 +53,12 @@ run_bazel_tests() {  # $1 = label, $2 = target pattern, rest = bazel flags
 }
 
 run_bazel_tests default //...
-run_bazel_tests asan //... --config=asan
+# Sanitized: the kernels and the engine that drives them, fully instrumented;
+# then everything else with the kernels uninstrumented (--config=asan_serving,
+# see .bazelrc: instrumented kernels made the cluster tests tests of the CPU).
+run_bazel_tests asan "//kernels/... //model/... //engine/..." --config=asan
+run_bazel_tests asan_serving "//... -//kernels/... -//model/... -//engine/..." \
+  --config=asan_serving
 run_bazel_tests opt //kernels/... --config=opt
 
 step "Summary ($(( $(date +%s) - start ))s)"

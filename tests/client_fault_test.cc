@@ -31,7 +31,6 @@ namespace {
 using testing::FaultRow;
 using testing::FaultTest;
 using testing::Generate;
-using testing::HeavyModelTooSlowHere;
 using testing::HeavyTinyModelPath;
 using testing::OfflineEngine;
 using testing::Outcome;
@@ -160,10 +159,6 @@ TEST_F(FaultTest, FiftyHttpClientsDisconnectingFreeEverything) {
   // first token (it stops it only when that token cannot be sent) took 2 s
   // to free everything with 60-token prompts.
   constexpr int kPromptTokens = 600;
-  if (HeavyModelTooSlowHere()) {
-    GTEST_SKIP() << "under ASan without AVX-512 VNNI (see "
-                    "HeavyModelTooSlowHere); the default pass runs it";
-  }
   model_path_ = HeavyTinyModelPath();
   // KV for every prompt at once (64 MB holds 13 of them): the test counts
   // a request refused for want of KV as lost.
@@ -310,10 +305,6 @@ TEST_F(FaultTest, RequestDeadlinesAreHonouredEndToEnd) {
   // A model whose generation to the end of its context takes seconds on any
   // CPU this runs on: on the slow tiny model a fast AMD Zen 4 generated the
   // whole context in 180 ms, too fast for a deadline to fall inside it.
-  if (HeavyModelTooSlowHere()) {
-    GTEST_SKIP() << "under ASan without AVX-512 VNNI (see "
-                    "HeavyModelTooSlowHere); the default pass runs it";
-  }
   model_path_ = HeavyTinyModelPath();
   OfflineEngine offline(model_path_);
   const int32_t vocab = offline.model().config().vocab_size;

@@ -63,14 +63,6 @@ std::string HeavyTinyModelPath() {
   return path;
 }
 
-bool HeavyModelTooSlowHere() {
-#if defined(__SANITIZE_ADDRESS__)
-  return !__builtin_cpu_supports("avx512vnni");
-#else
-  return false;
-#endif
-}
-
 std::string TinyModelPath() {
   static std::once_flag once;
   static std::string path;

@@ -34,14 +34,6 @@ std::string SlowTinyModelPath();
 // well inside one request. Written once per process (a second or two).
 std::string HeavyTinyModelPath();
 
-// Whether the heavy model runs too slowly here for timing-bound tests: under
-// AddressSanitizer on a CPU without AVX-512 VNNI its matrix products are the
-// AVX2 dot products, instrumented; on an AMD EPYC with AVX2 only no
-// 600-token prompt finished its prefill within a minute, and a 3500-token
-// one took 347 s. Such tests skip there (the default pass runs them on every
-// CPU; the sanitizer pass still runs them where the kernels are fast).
-bool HeavyModelTooSlowHere();
-
 // The default model's path (model::FindDefaultModel: $PDSERVE_DEFAULT_MODEL
 // or where scripts/setup.sh puts it), or "" when there is none; a test then
 // skips with model::kNoDefaultModel.

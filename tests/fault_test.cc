@@ -28,7 +28,6 @@ using testing::ExpectSameAnswer;
 using testing::FaultRow;
 using testing::FaultTest;
 using testing::Generate;
-using testing::HeavyModelTooSlowHere;
 using testing::HeavyTinyModelPath;
 using testing::OfflineEngine;
 using testing::Outcome;
@@ -276,10 +275,6 @@ TEST_F(WorkerFaultTest, WorkersRegisterWithARestartedRouterAndServe) {
 // cancel against a prefill of about 0.5 s passed with or without the
 // cancel, and a CPU twice as fast would finish the prefill first.
 TEST_F(WorkerFaultTest, ClientCancelDuringPrefillStopsTheWork) {
-  if (HeavyModelTooSlowHere()) {
-    GTEST_SKIP() << "under ASan without AVX-512 VNNI (see "
-                    "HeavyModelTooSlowHere); the default pass runs it";
-  }
   model_path_ = HeavyTinyModelPath();
   OfflineEngine offline(model_path_);
   const int32_t vocab = offline.model().config().vocab_size;
