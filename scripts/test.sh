@@ -56,10 +56,13 @@ run_bazel_tests default //...
 # Sanitized: the kernels and the engine that drives them, fully instrumented;
 # then everything else with the kernels uninstrumented (--config=asan_serving,
 # see .bazelrc: instrumented kernels made the cluster tests tests of the CPU).
-run_bazel_tests asan "//kernels/... //model/... //engine/..." --config=asan
+# The default pass built every target (benchmarks, CUDA code); the others
+# build only the tests they run.
+run_bazel_tests asan "//kernels/... //model/... //engine/..." --config=asan \
+  --build_tests_only
 run_bazel_tests asan_serving "//... -//kernels/... -//model/... -//engine/..." \
-  --config=asan_serving
-run_bazel_tests opt //kernels/... --config=opt
+  --config=asan_serving --build_tests_only
+run_bazel_tests opt //kernels/... --config=opt --build_tests_only
 
 step "Summary ($(( $(date +%s) - start ))s)"
 python3 scripts/count_tests.py "$results"
