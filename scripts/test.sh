@@ -6,7 +6,8 @@
 #      `bazel test --config=gpu //...` on a GPU machine);
 #   4. the same tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #      (the cluster tests with the compute kernels uninstrumented, which the
-#      kernel, model and engine tests cover instrumented);
+#      kernel, model and engine tests cover instrumented; not the SLO test,
+#      whose latency limits only hold unsanitized);
 #   5. the kernel tests once more as the serving binaries are built
 #      (--config=opt, -march=native): compilers vectorize differently there,
 #      and the kernels must still equal their scalar references bit for bit;
