@@ -448,23 +448,31 @@ inline void ForEachPackedLane(const uint8_t* block, Lane& lane) {
   }
 }
 
+// -kLaneOffset * (sum of activations 4i..4i+3) for ggml lane i of every
+// block of one activation row (`starts[b * 8 + i]`), as OneTokenTile's lane
+// starts: the same for every group of rows. One vpdpbusd with a vector of
+// ones per block: prefill prepares each token's starts once per L2 chunk of
+// rows, and as a scalar loop (32 loads and adds per block) this cost Q8_0
+// prefill as much as the products it prepares for on 8192-wide rows.
+template <class F>
+void LaneStarts(const uint8_t* act, int64_t nb, int32_t* starts) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+        act + b * F::kActBytes + F::kActQuantOffset));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(starts + b * 8),
+        _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, y),
+                           _mm256_set1_epi32(-F::kLaneOffset)));
+  }
+}
+
 template <class F>
 void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
                       int64_t row_end, const uint8_t* act, float* out) {
   constexpr int kBlockBytes = PackedBlockBytes<F>();
-  // -offset * (sum of activations 4i..4i+3) of every block, as
-  // OneTokenTile's lane starts: the same for every group of rows.
   int32_t starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks * 8 : 1];
-  if constexpr (F::kLaneOffset != 0) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int8_t* ys = reinterpret_cast<const int8_t*>(
-          act + b * F::kActBytes + F::kActQuantOffset);
-      for (int i = 0; i < 8; ++i) {
-        starts[b * 8 + i] = -F::kLaneOffset * (ys[4 * i] + ys[4 * i + 1] +
-                                               ys[4 * i + 2] + ys[4 * i + 3]);
-      }
-    }
-  }
+  if constexpr (F::kLaneOffset != 0) LaneStarts<F>(act, nb, starts);
   for (int64_t g0 = row_begin; g0 < row_end; g0 += kPackRows) {
     const uint8_t* group = packed + g0 / kPackRows * nb * kBlockBytes;
     __m512 acc[8];
@@ -529,16 +537,8 @@ void PreparePackedToken(const uint8_t* act, int64_t nb,
     const uint8_t* ab = act + b * F::kActBytes;
     out->d[b] = LoadHalf(ab);
     if constexpr (F::kHasMin) out->s[b] = LoadHalf(ab + 2);
-    if constexpr (F::kLaneOffset != 0) {
-      const int8_t* ys =
-          reinterpret_cast<const int8_t*>(ab + F::kActQuantOffset);
-      for (int i = 0; i < 8; ++i) {
-        out->starts[b * 8 + i] =
-            -F::kLaneOffset *
-            (ys[4 * i] + ys[4 * i + 1] + ys[4 * i + 2] + ys[4 * i + 3]);
-      }
-    }
   }
+  if constexpr (F::kLaneOffset != 0) LaneStarts<F>(act, nb, out->starts);
 }
 
 // A zero register for vpdpbusd to accumulate into, as a zeroing idiom of its
