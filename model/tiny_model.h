@@ -52,9 +52,11 @@ struct TinyModelOptions {
 // Named option sets shared with tools/gen_engine_goldens.py (through
 // pd-make-tiny-model --preset), so reference outputs computed by llama.cpp
 // are for exactly the model a test generates: "<arch>-<format>" with arch
-// llama, qwen2 (QKV bias, untied output, NeoX RoPE) or llama3 (rope_freqs,
-// base 500000, untied) and format f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
-// q5_1, q4_k, q5_k or q6_k (K formats get 256-wide rows).
+// llama, qwen2 (QKV bias, untied output, NeoX RoPE), llama3 (rope_freqs,
+// base 500000, untied) or llama1b (Llama-3.2-1B's layers and widths: 973
+// million matrix weights, with the tiny vocabulary; for benchmarks) and
+// format f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k
+// (K formats get 256-wide rows).
 absl::StatusOr<TinyModelOptions> TinyModelPreset(absl::string_view name);
 
 // Writes the model to `path` (atomically). INVALID_ARGUMENT for options the
