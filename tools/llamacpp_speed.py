@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """llama.cpp's speed on this machine, measured as llama-bench measures it.
 
-Loads a GGUF model through llama-cpp-python (which builds llama.cpp from
-source with native CPU flags) and times, each as the median of --runs runs
+Loads a GGUF model through llama-cpp-python (llama.cpp built from source
+for this CPU) and times, each as the median of --runs runs
 on an empty context:
   pp128, pp512  one prompt of 128 / 512 tokens in a single batch;
   tg128         128 single-token steps (after one token).
@@ -11,16 +11,13 @@ put next to llama.cpp on the same machine in the same hour (these VMs are
 noisy). Not part of the test suite: building llama-cpp-python takes about
 10 minutes on 2 cores.
 
-Build it for this CPU's AVX-512 but without AMX: these VMs report AMX in
-CPUID without enabling it, and a native build's AMX path dies with SIGILL
-(tileloadd) on the first prompt.
+Build it with `scripts/pd-bench llamacpp` (or engine-vs-llamacpp), which
+makes a venv in ~/.cache/pdserve/venv-llamacpp with llama.cpp built for the
+instruction sets this CPU lists (never AMX: these VMs report it in CPUID
+without enabling it, and a native build's AMX path dies with SIGILL on the
+first prompt; AVX-VNNI only where listed, which Zen 4 is not), then:
 
-  python3 -m venv /root/.cache/pdserve/venv-llamacpp
-  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
-    -DGGML_F16C=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON \
-    -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON" \
-    /root/.cache/pdserve/venv-llamacpp/bin/pip install llama-cpp-python
-  /root/.cache/pdserve/venv-llamacpp/bin/python tools/llamacpp_speed.py \\
+  ~/.cache/pdserve/venv-llamacpp/bin/python tools/llamacpp_speed.py \\
       --model "$PDSERVE_DEFAULT_MODEL" --json_out bench/results/llamacpp.json
 """
 import argparse
