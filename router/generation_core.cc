@@ -263,6 +263,8 @@ absl::Status GenerationCore::Serve(const v1::GenerateRequest& request,
   // left, so a retry or migration lands elsewhere when it can.
   absl::flat_hash_set<std::string> failed;
   int retries = 0;
+  int capacity_waits = 0;
+  absl::Time waiting_since = absl::InfinitePast();
   for (uint32_t attempt = 1;; ++attempt) {
     std::vector<WorkerView> decode =
         Prefer(Candidates(v1::WORKER_ROLE_DECODE, tokens), failed);
@@ -313,12 +315,47 @@ absl::Status GenerationCore::Serve(const v1::GenerateRequest& request,
       return status.ok() ? status
                          : absl::CancelledError("the client went away");
     }
+    if (status.code() == absl::StatusCode::kResourceExhausted) {
+      PD_RETURN_IF_ERROR(
+          WaitForCapacity(a, status, waiting_since, capacity_waits, cancel));
+      continue;
+    }
     if (status.ok() || status.code() != absl::StatusCode::kUnavailable) {
       return status;
     }
     failed.insert(culprits.begin(), culprits.end());
     PD_RETURN_IF_ERROR(PrepareRetry(a, status, retries, cancel));
   }
+}
+
+absl::Status GenerationCore::WaitForCapacity(const Attempt& failed_try,
+                                             const absl::Status& status,
+                                             absl::Time& waiting_since,
+                                             int& waits, CancelToken* cancel) {
+  const absl::Time now = absl::Now();
+  if (waiting_since == absl::InfinitePast()) waiting_since = now;
+  const absl::Time give_up =
+      std::min(waiting_since + options_.capacity_wait, failed_try.deadline);
+  const absl::Duration pause =
+      std::min(absl::Milliseconds(50) * (1 << std::min(waits, 4)),
+               absl::Milliseconds(500));
+  if (now + pause > give_up) {
+    if (waits == 0) return status;
+    return absl::ResourceExhaustedError(
+        absl::StrCat(status.message(), " (after waiting ",
+                     absl::FormatDuration(absl::Trunc(now - waiting_since,
+                                                      absl::Milliseconds(1))),
+                     " for room)"));
+  }
+  ++waits;
+  metrics_->capacity_waits->Inc();
+  PD_LOG(DEBUG) << "request " << failed_try.state.id() << " attempt "
+                << failed_try.number
+                << ": no decode worker has room; trying again in " << pause;
+  if (!WaitUnlessCancelled(cancel, pause)) {
+    return absl::CancelledError("the client went away");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GenerationCore::PrepareRetry(const Attempt& failed_try,

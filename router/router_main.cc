@@ -16,6 +16,7 @@
 //                     (docs/security.md).
 // The router reads --model for the tokenizer and chat template (the same
 // file the workers serve).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -76,6 +77,10 @@ ABSL_FLAG(int32_t, reservation_timeout_ms, 120000,
           "longest a decode worker holds blocks for a prefill's KV (capped by "
           "the request's deadline); after it a failed prefill's blocks are "
           "reclaimed");
+ABSL_FLAG(int32_t, capacity_wait_ms, 30000,
+          "longest a request waits for a decode worker with room for its KV "
+          "(a bounded waiting queue, at most --max_inflight long) before "
+          "RESOURCE_EXHAUSTED / HTTP 503; 0 refuses at once");
 ABSL_FLAG(int32_t, request_timeout_ms, 600000,
           "deadline of requests that do not set one");
 ABSL_FLAG(int32_t, lease_ms, 3000,
@@ -189,6 +194,8 @@ int Run() {
   core_options.max_migrations = absl::GetFlag(FLAGS_max_migrations);
   core_options.reservation_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_reservation_timeout_ms));
+  core_options.capacity_wait =
+      absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_capacity_wait_ms)));
   core_options.model_id = model::ServedModelName(model_path);
   core_options.credential = *credential;
   GenerationCore core(model->get(), registry->get(), &policy, core_options);

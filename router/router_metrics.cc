@@ -199,6 +199,11 @@ absl::Status RouterMetrics::Register() {
                       counter("pdserve_request_migrations_total",
                               "Streams moved to another worker pair after "
                               "a worker failed mid-stream."));
+  PD_ASSIGN_OR_RETURN(
+      capacity_waits,
+      counter("pdserve_request_capacity_waits_total",
+              "Tries of a request that found no decode worker with room for "
+              "its KV and waited for one (--capacity_wait_ms)."));
   PD_ASSIGN_OR_RETURN(cancellations,
                       counter("pdserve_request_cancellations_total",
                               "Requests ended because the client cancelled "

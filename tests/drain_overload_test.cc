@@ -304,5 +304,46 @@ TEST_F(OverloadTest, OverloadIsRefusedCleanlyAndAdmittedRequestsFinish) {
   EXPECT_TRUE(Generate(cluster_->router_address(), requests_[0]).status.ok());
 }
 
+// A decode worker whose KV holds one of these prompts at a time (1 MiB: 10
+// blocks of 16 tokens; a 100-token prompt and its 24 tokens take 8): of two
+// requests sent together, the second finds no room and waits in the router
+// (a bounded waiting queue, as a scheduler's) until the first ends, and both
+// answer as the offline engine does. Refused at once instead: a prompt
+// larger than the whole pool, which no wait would help.
+TEST_F(FaultTest, RequestsWaitForKvRoomAndPromptsNoPoolHoldsAreRefusedAtOnce) {
+  OfflineEngine offline(SlowTinyModelPath());
+  const int32_t vocab = offline.model().config().vocab_size;
+  Start("capacity-wait", 1, 1, {}, {"--capacity_wait_ms=60000"},
+        {{"decode-0", {"--kv_cache_mb=1"}}});
+  const std::vector<v1::GenerateRequest> requests = {
+      TokenRequest(100, 1, 24, vocab), TokenRequest(100, 2, 24, vocab)};
+  const std::vector<Outcome> got = SendAll(requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_TRUE(testing::IsSameAnswer(got[i], offline.Run(requests[i])))
+        << "request " << i << ": " << got[i].status;
+  }
+  const double waits_before =
+      Metric("router", "pdserve_request_capacity_waits_total", {});
+  EXPECT_GE(waits_before, 1);
+  EXPECT_EQ(Metric("router", "pdserve_overload_rejections_total",
+                   {{"reason", "no_kv_capacity"}}),
+            0);
+
+  // 200 tokens need 13 blocks: refused by the decode worker as a request
+  // it can never hold, in far less than the minute a request may wait for
+  // room, and not counted as overload.
+  const absl::Time start = absl::Now();
+  const Outcome too_big =
+      Generate(cluster_->router_address(), TokenRequest(200, 3, 4, vocab));
+  EXPECT_EQ(too_big.status.code(), absl::StatusCode::kInvalidArgument)
+      << too_big.status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_TRUE(absl::StrContains(too_big.status.message(),
+                                "more blocks than this worker has"))
+      << too_big.status;
+  EXPECT_EQ(Metric("router", "pdserve_request_capacity_waits_total", {}),
+            waits_before);
+}
+
 }  // namespace
 }  // namespace pdserve
