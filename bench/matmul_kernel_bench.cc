@@ -131,7 +131,7 @@ void BM_PackedMatMul(benchmark::State& state, GgmlType type) {
 // {rows, cols, tokens}: attention output / FFN up / FFN down of the default
 // model, and its Q8_0 output head.
 void Shapes(benchmark::internal::Benchmark* b) {
-  for (int tokens : {1, 4, 32, 128}) {
+  for (int tokens : {1, 4, 8, 16, 32, 128}) {
     b->Args({576, 576, tokens});
     b->Args({1536, 576, tokens});
     b->Args({576, 1536, tokens});
