@@ -75,10 +75,12 @@ struct GenerationCoreOptions {
   int32_t max_migrations = 2;
   // Wait before a retry, doubled each time (at most 2 s).
   absl::Duration retry_backoff = absl::Milliseconds(50);
-  // When no decode worker has room for a request's KV, the request waits
-  // for one (as a scheduler's waiting queue holds it) this long at most,
-  // trying again every 50 ms to 500 ms, before RESOURCE_EXHAUSTED. The
-  // queue is bounded by max_inflight. Zero: refused at once.
+  // When no worker has room for a request (no decode worker with free KV
+  // blocks for it, or a full prefill queue: RESOURCE_EXHAUSTED from the
+  // workers), the request waits (as a scheduler's waiting queue holds it)
+  // this long at most, trying again every 50 ms to 500 ms, before
+  // RESOURCE_EXHAUSTED. The queue is bounded by max_inflight. Zero: refused
+  // at once.
   absl::Duration capacity_wait = absl::Seconds(30);
   // Where requests are recorded; null records to series nobody exports
   // (RouterMetrics::Unregistered). Not owned.
@@ -154,8 +156,8 @@ class GenerationCore : public ClientApi {
   absl::Status PrepareRetry(const Attempt& failed_try,
                             const absl::Status& status, int& retries,
                             CancelToken* cancel);
-  // After a try found no decode worker with room (`status`,
-  // RESOURCE_EXHAUSTED): OK after a pause, to try again, or the error that
+  // After a try found no worker with room (`status`, RESOURCE_EXHAUSTED):
+  // OK after a pause, to try again, or the error that
   // ends the request: RESOURCE_EXHAUSTED once capacity_wait (from the first
   // such try, recorded in `waiting_since`) is spent, CANCELLED when the
   // client goes away. (A prompt no pool could hold is not retried: decode

@@ -78,8 +78,9 @@ ABSL_FLAG(int32_t, reservation_timeout_ms, 120000,
           "the request's deadline); after it a failed prefill's blocks are "
           "reclaimed");
 ABSL_FLAG(int32_t, capacity_wait_ms, 30000,
-          "longest a request waits for a decode worker with room for its KV "
-          "(a bounded waiting queue, at most --max_inflight long) before "
+          "longest a request waits for room (a decode worker with free KV "
+          "blocks for it, a prefill worker whose queue is not full; a "
+          "waiting queue at most --max_inflight long) before "
           "RESOURCE_EXHAUSTED / HTTP 503; 0 refuses at once");
 ABSL_FLAG(int32_t, request_timeout_ms, 600000,
           "deadline of requests that do not set one");

@@ -202,8 +202,9 @@ absl::Status RouterMetrics::Register() {
   PD_ASSIGN_OR_RETURN(
       capacity_waits,
       counter("pdserve_request_capacity_waits_total",
-              "Tries of a request that found no decode worker with room for "
-              "its KV and waited for one (--capacity_wait_ms)."));
+              "Tries of a request that found no worker with room (KV blocks "
+              "on a decode worker, a place in a prefill queue) and waited "
+              "(--capacity_wait_ms)."));
   PD_ASSIGN_OR_RETURN(cancellations,
                       counter("pdserve_request_cancellations_total",
                               "Requests ended because the client cancelled "

@@ -115,7 +115,7 @@ class RouterMetrics {
   metrics::Gauge* requests_in_flight = nullptr;
   metrics::Counter* retries = nullptr;
   metrics::Counter* migrations = nullptr;
-  // Tries that found no decode worker with room and waited for one
+  // Tries that found no worker with room and waited
   // (GenerationCoreOptions::capacity_wait).
   metrics::Counter* capacity_waits = nullptr;
   // Requests that ended because their client went away or cancelled.
