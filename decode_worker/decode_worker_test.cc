@@ -616,6 +616,11 @@ TEST_F(DecodeWorkerTest, CancelEndsARunningDecodeAndFreesItsBlocks) {
 // decodes yet is given back; later StartDecodes are refused; no block stays
 // used but the admission's quarantined ones.
 TEST_F(DecodeWorkerTest, HandBackEndsStreamsWithUnavailable) {
+  // Admitted, its KV never written. Admitted first: while the held first
+  // chunk below keeps the engine thread inside its step, Admit (which
+  // reserves blocks under the runner's lock) would wait for the hold to
+  // time out, and the stream could then finish before HandBack.
+  ASSERT_TRUE(decode_->Admit(AdmitFor("waiting", Prompt(8, 2))).ok());
   const std::vector<int32_t> prompt = Prompt(11, 6);
   absl::StatusOr<v1::AdmitResponse> admitted =
       decode_->Admit(AdmitFor("running", prompt));
@@ -634,8 +639,6 @@ TEST_F(DecodeWorkerTest, HandBackEndsStreamsWithUnavailable) {
               SinkFor(stream))
           .ok());
   ASSERT_TRUE(stream->first_chunk.WaitForNotificationWithTimeout(kWait));
-  // Admitted, its KV never written.
-  ASSERT_TRUE(decode_->Admit(AdmitFor("waiting", Prompt(8, 2))).ok());
   decode_->BeginDrain();
   EXPECT_EQ(decode_->HandBack(), 2u);
   stream->release_first_chunk.Notify();
