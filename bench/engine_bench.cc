@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "common/thread_pool.h"
 #include "engine/model_runner.h"
+#include "kernels/matmul.h"
 #include "metrics/registry.h"
 #include "model/default_model.h"
 #include "model/model.h"
@@ -55,6 +56,9 @@
 ABSL_FLAG(std::string, model, "", "GGUF model (default: the default model)");
 ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
 ABSL_FLAG(int32_t, runs, 5, "Runs per measurement (the median is reported)");
+ABSL_FLAG(std::string, matmul_arithmetic, "ggml",
+          "how packed matrix products add up: ggml (llama.cpp's order) or "
+          "block_sums (kernels::PackedArithmetic)");
 ABSL_FLAG(std::string, json_out, "", "Write the results as JSON here");
 ABSL_FLAG(int32_t, decode_prompt_tokens, 16,
           "Prompt length before the decode measures (single stream and "
@@ -189,6 +193,14 @@ int Main() {
 
   engine::ModelRunnerOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
+  const std::string arithmetic = absl::GetFlag(FLAGS_matmul_arithmetic);
+  if (arithmetic == "block_sums") {
+    options.matmul_arithmetic = kernels::PackedArithmetic::kBlockSums;
+  } else if (arithmetic != "ggml") {
+    std::cerr << "engine_bench: --matmul_arithmetic: expected ggml or "
+                 "block_sums\n";
+    return 1;
+  }
   options.enable_prefix_cache = false;
   options.kv_cache_bytes = int64_t{512} << 20;
   auto created = engine::ModelRunner::Create(m, options);
@@ -377,14 +389,14 @@ int Main() {
   }
 
   std::cout << absl::StrFormat(
-      "model %s (%s), %d threads, median of %d runs, decode after a "
-      "%d-token prompt\n"
+      "model %s (%s), %d threads, %s arithmetic, median of %d runs, decode "
+      "after a %d-token prompt\n"
       "memory read bandwidth      %8.1f GB/s\n"
       "decode roofline            %8.1f tokens/s (%.1f MB read per token)\n"
       "prefill, 128-token prompt  %8.1f tokens/s\n"
       "prefill, 512-token prompt  %8.1f tokens/s\n"
       "decode, single stream      %8.1f tokens/s (%.2f of the roofline)\n",
-      m.name(), m.quantization(), runner.num_threads(), runs,
+      m.name(), m.quantization(), runner.num_threads(), arithmetic, runs,
       decode_prompt_tokens, r.bandwidth_gbps, r.roofline, step_bytes / 1e6,
       r.prefill_128, r.prefill_512, r.decode_single,
       r.decode_single / r.roofline);
@@ -417,12 +429,13 @@ int Main() {
     std::ofstream out(json_path);
     out << absl::StrFormat(
         "{\"model\": \"%s\", \"quantization\": \"%s\", \"threads\": %d, "
-        "\"runs\": %d, \"decode_prompt_tokens\": %d, \"bandwidth_gbps\": "
+        "\"matmul_arithmetic\": \"%s\", \"runs\": %d, "
+        "\"decode_prompt_tokens\": %d, \"bandwidth_gbps\": "
         "%.3f, \"decode_roofline_tps\": "
         "%.3f, \"bytes_per_decode_step\": %.0f, \"prefill_128_tps\": %.3f, "
         "\"prefill_512_tps\": %.3f, \"decode_single_tps\": %.3f, "
         "\"decode_roofline_ratio\": %.4f, \"batched_decode_tps\": {",
-        m.name(), m.quantization(), runner.num_threads(), runs,
+        m.name(), m.quantization(), runner.num_threads(), arithmetic, runs,
         decode_prompt_tokens, r.bandwidth_gbps, r.roofline, step_bytes,
         r.prefill_128, r.prefill_512, r.decode_single,
         r.decode_single / r.roofline);

@@ -110,12 +110,15 @@ void BM_Scalar(benchmark::State& state, GgmlType type) {
 // Tokens against the weights repacked at load (kernels::PackedMatrix): one
 // token is decode's matrix-vector product, more are prefill and batched
 // decode.
-void BM_PackedMatMul(benchmark::State& state, GgmlType type) {
+void BM_PackedMatMul(
+    benchmark::State& state, GgmlType type,
+    kernels::PackedArithmetic arithmetic = kernels::PackedArithmetic::kGgml) {
   const int64_t rows = state.range(0), cols = state.range(1);
   const int tokens = static_cast<int>(state.range(2));
   Operands o = Make(type, rows, cols, tokens);
   const std::unique_ptr<kernels::PackedMatrix> packed =
-      kernels::PackedMatrix::Pack(type, o.weights.data(), rows, cols);
+      kernels::PackedMatrix::Pack(type, o.weights.data(), rows, cols,
+                                  arithmetic);
   if (packed == nullptr) {
     state.SkipWithError("no packed kernel on this CPU");
     return;
@@ -172,6 +175,21 @@ void SmallBatches(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_small_batch, GgmlType::kQ4_1)
     ->Apply(SmallBatches);
+// The same products in block sums (kernels::PackedArithmetic::kBlockSums):
+// how much of a compute-bound product ggml's order costs.
+void ArithmeticShapes(benchmark::internal::Benchmark* b) {
+  for (int tokens : {1, 8, 16, 32, 128}) b->Args({1536, 576, tokens});
+  b->Args({24576, 576, 1});
+  b->Args({24576, 576, 8});
+}
+BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_block_sums, GgmlType::kQ4_1,
+                  kernels::PackedArithmetic::kBlockSums)
+    ->Apply(ArithmeticShapes);
+BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0_block_sums, GgmlType::kQ8_0,
+                  kernels::PackedArithmetic::kBlockSums)
+    ->Apply(ArithmeticShapes);
+BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0_ggml, GgmlType::kQ8_0)
+    ->Apply(ArithmeticShapes);
 BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0_small_batch, GgmlType::kQ8_0)
     ->Args({49152, 576, 1})
     ->Args({49152, 576, 2})

@@ -65,9 +65,9 @@ CpuBackend::CpuBackend(const model::ModelConfig& config,
       fp8_kv_(pool_->layout().dtype() == v1::KV_DTYPE_FP8_E4M3),
       testing_attention_mask_(options.testing_attention_mask) {
   if (!options.pack_weights) return;
-  auto pack = [this](const WeightMatrix& w) {
-    std::unique_ptr<kernels::PackedMatrix> packed =
-        kernels::PackedMatrix::Pack(w.type, w.data, w.rows, w.cols);
+  auto pack = [this, &options](const WeightMatrix& w) {
+    std::unique_ptr<kernels::PackedMatrix> packed = kernels::PackedMatrix::Pack(
+        w.type, w.data, w.rows, w.cols, options.matmul_arithmetic);
     if (packed != nullptr) packed_[w.data] = std::move(packed);
   };
   for (const model::LayerWeights& l : weights_.layers) {

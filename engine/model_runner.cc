@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   backend_options.num_threads = options.num_threads;
   backend_options.llamacpp_prompt_numerics = options.llamacpp_prompt_numerics;
   backend_options.pack_weights = options.pack_weights;
+  backend_options.matmul_arithmetic = options.matmul_arithmetic;
   backend_options.testing_attention_mask = options.testing_attention_mask;
   PD_ASSIGN_OR_RETURN(
       r->backend_,

@@ -32,6 +32,7 @@
 #include "engine/forward_backend.h"
 #include "engine/kv_block_manager.h"
 #include "engine/kv_cache_pool.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 #include "proto/common.pb.h"
 
@@ -57,6 +58,11 @@ struct ModelRunnerOptions {
   bool llamacpp_prompt_numerics = true;
   // See CpuBackendOptions::pack_weights.
   bool pack_weights = true;
+  // See CpuBackendOptions::matmul_arithmetic. Prefill and decode workers of
+  // one cluster should agree: a stream continued in another arithmetic
+  // than its prompt's matches neither's offline output.
+  kernels::PackedArithmetic matmul_arithmetic =
+      kernels::PackedArithmetic::kGgml;
   // How the KV cache stores K and V: KV_DTYPE_F16 (llama.cpp's numerics,
   // token for token) or KV_DTYPE_FP8_E4M3 (half the memory: twice the
   // tokens in the same kv_cache_bytes; attention sees each K and V value
@@ -76,14 +82,14 @@ struct ModelRunnerOptions {
   // A prompt must still fit the context. docs/engine.md.
   int32_t attention_sinks = 0;
   int32_t sink_window = 0;
+  // Testing only: see CpuBackendOptions::testing_attention_mask.
+  std::function<bool(int layer, int32_t query_pos, int32_t key_pos)>
+      testing_attention_mask = nullptr;
   // Testing only: every forward pass also sleeps pass_delay plus
   // token_delay per token it computes. Tests of scaling use it to stand in
   // for hardware whose capacity grows with the number of workers, which two
   // shared cores cannot give: a sleeping worker leaves the CPU to the
   // others. Zero (the default) adds nothing.
-  // Testing only: see CpuBackendOptions::testing_attention_mask.
-  std::function<bool(int layer, int32_t query_pos, int32_t key_pos)>
-      testing_attention_mask = nullptr;
   absl::Duration testing_pass_delay = absl::ZeroDuration();
   absl::Duration testing_token_delay = absl::ZeroDuration();
 };

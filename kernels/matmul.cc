@@ -759,6 +759,49 @@ float VecDotReference(GgmlType weight_type, const void* weight_row,
                 static_cast<const uint8_t*>(activations), n);
 }
 
+float VecDotBlockSumsReference(GgmlType weight_type, const void* weight_row,
+                               const void* activations, int64_t n) {
+  int block_bytes, quant_offset, act_bytes, offset;
+  switch (weight_type) {
+    case GgmlType::kQ4_0:
+      block_bytes = 18, quant_offset = 2, act_bytes = kQ8_0Bytes, offset = 8;
+      break;
+    case GgmlType::kQ4_1:
+      block_bytes = 20, quant_offset = 4, act_bytes = kQ8_1Bytes, offset = 0;
+      break;
+    case GgmlType::kQ8_0:
+      block_bytes = 34, quant_offset = 2, act_bytes = kQ8_0Bytes, offset = 128;
+      break;
+    default:
+      return std::numeric_limits<float>::quiet_NaN();
+  }
+  const auto* w = static_cast<const uint8_t*>(weight_row);
+  const auto* a = static_cast<const uint8_t*>(activations);
+  const int act_quant_offset = act_bytes - 32;
+  float acc = 0.0f, mins = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* wb = w + block_bytes * b;
+    const uint8_t* ab = a + act_bytes * b;
+    const int8_t* y = AsI8(ab + act_quant_offset);
+    uint8_t q[32];
+    if (weight_type == GgmlType::kQ8_0) {
+      for (int j = 0; j < 32; ++j) q[j] = wb[quant_offset + j] ^ 0x80;
+    } else {
+      internal::UnpackQ4(wb + quant_offset, q);
+    }
+    // ggml's lane sums, added up: the same exact integer as any order.
+    int32_t lanes[8];
+    BlockLaneSums(q, y, offset, lanes);
+    int32_t sum = 0;
+    for (int32_t l : lanes) sum += l;
+    acc = std::fma(LoadF16(wb) * LoadF16(ab), static_cast<float>(sum), acc);
+    if (weight_type == GgmlType::kQ4_1) {
+      mins = std::fma(LoadF16(wb + 2), LoadF16(ab + 2), mins);
+    }
+  }
+  return weight_type == GgmlType::kQ4_1 ? acc + mins : acc;
+}
+
 void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
                 int64_t row_begin, int64_t row_end, const void* activations,
                 int n_tokens, float* out, int64_t out_stride) {
@@ -786,13 +829,15 @@ static_assert(PackedMatrix::kRowGrain == internal::kPackRows);
 
 std::unique_ptr<PackedMatrix> PackedMatrix::Pack(GgmlType weight_type,
                                                  const void* weights,
-                                                 int64_t rows, int64_t n) {
+                                                 int64_t rows, int64_t n,
+                                                 PackedArithmetic arithmetic) {
   if (!CpuHasAvx512Vnni() || rows <= 0 || n <= 0 || n % 32 != 0 ||
       n / 32 > internal::kMaxAvx512Blocks ||
       internal::PackedBytes(weight_type, rows, n) == 0) {
     return nullptr;
   }
-  std::unique_ptr<PackedMatrix> m(new PackedMatrix(weight_type, rows, n));
+  std::unique_ptr<PackedMatrix> m(
+      new PackedMatrix(weight_type, rows, n, arithmetic));
   m->bytes_.resize(internal::PackedBytes(weight_type, rows, n));
   internal::PackRows(weight_type, static_cast<const uint8_t*>(weights), rows, n,
                      m->bytes_.data());
@@ -802,7 +847,8 @@ std::unique_ptr<PackedMatrix> PackedMatrix::Pack(GgmlType weight_type,
 void PackedMatrix::MatMul(int64_t row_begin, int64_t row_end,
                           const void* activations, int n_tokens, float* out,
                           int64_t out_stride) const {
-  internal::MatMulPacked(type_, bytes_.data(), n_, row_begin, row_end,
+  internal::MatMulPacked(type_, arithmetic_ == PackedArithmetic::kBlockSums,
+                         bytes_.data(), n_, row_begin, row_end,
                          static_cast<const uint8_t*>(activations), n_tokens,
                          out, out_stride);
 }

@@ -104,11 +104,38 @@ void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
                 int64_t row_begin, int64_t row_end, const void* activations,
                 int n_tokens, float* out, int64_t out_stride);
 
+// How a PackedMatrix's products add up, per (row, token):
+//   kGgml       ggml's x86 order (above): eight float lanes per row, bit for
+//               bit MatMulRows and llama.cpp. The default, and what the
+//               reference tests hold.
+//   kBlockSums  for each 32-element block in order, the block's exact
+//               integer sum of products s, then
+//                 acc = fma(d_w * d_x, float(s), acc)
+//               and for Q4_1 mins = fma(m_w, s_x, mins); out = acc + mins
+//               (VecDotBlockSumsReference). The same integers with one float
+//               rounding per block where ggml's order has eight lanes: a
+//               product differs from llama.cpp's in its last bits, so greedy
+//               tokens may part from llama.cpp's after enough of them. Still
+//               one result per (row, token), whatever the batch, the tokens
+//               beside it or the threads. It costs one conversion and one
+//               multiply-add per block and 16 rows instead of eight, which
+//               is most of a compute-bound product's instructions (prefill,
+//               batched decode); decode, bound by memory, runs as fast
+//               either way.
+enum class PackedArithmetic { kGgml, kBlockSums };
+
+// VecDot in PackedArithmetic::kBlockSums, by the portable scalar kernel: the
+// reference the packed kernels must equal bit for bit. Q4_0, Q4_1 and Q8_0
+// (the packed types); NaN for any other.
+float VecDotBlockSumsReference(GgmlType weight_type, const void* weight_row,
+                               const void* activations, int64_t n);
+
 // A weight matrix repacked at load, where this CPU has kernels for the
 // packed form (AVX-512 VNNI; Q4_0, Q4_1 and Q8_0 today): rows in groups of
 // 16, each group's block headers and quants laid out as 16-lane vectors
 // (kernels/matmul_avx512.h), the size of the original (Q8_0: 6% more).
-// MatMul's results equal MatMulRows' bit for bit; it just needs no
+// In PackedArithmetic::kGgml, MatMul's results equal MatMulRows' bit for
+// bit (in kBlockSums, VecDotBlockSumsReference's); it just needs no
 // shuffles: decode streams the weights at close to memory speed, and
 // prefill and batched decode spend their instructions on the products (each
 // block is unpacked once per two tokens, then one broadcast vpdpbusd,
@@ -120,30 +147,34 @@ class PackedMatrix {
  public:
   // Empty when there is no packed kernel for this type on this CPU, or
   // for rows of more than 16384 elements.
-  static std::unique_ptr<PackedMatrix> Pack(GgmlType weight_type,
-                                            const void* weights, int64_t rows,
-                                            int64_t n);
+  static std::unique_ptr<PackedMatrix> Pack(
+      GgmlType weight_type, const void* weights, int64_t rows, int64_t n,
+      PackedArithmetic arithmetic = PackedArithmetic::kGgml);
 
   // Row ranges given to MatMul start at a multiple of this.
   static constexpr int64_t kRowGrain = 16;
 
   // MatMulRows' contract (out[t * out_stride + r] = VecDot(weight_type,
-  // row r, activation t, n) for r in [row_begin, row_end), t < n_tokens)
-  // on the packed rows, row_begin a multiple of kRowGrain. One token streams
-  // the rows (decode's matrix-vector product); more take two at a time
-  // (up to 16 tokens over each 16-row group in turn, more over chunks).
+  // row r, activation t, n) for r in [row_begin, row_end), t < n_tokens;
+  // in kBlockSums VecDotBlockSumsReference) on the packed rows, row_begin a
+  // multiple of kRowGrain. One token streams the rows (decode's
+  // matrix-vector product); more take two at a time (four in kBlockSums;
+  // up to 16 tokens over each 16-row group in turn, more over chunks).
   void MatMul(int64_t row_begin, int64_t row_end, const void* activations,
               int n_tokens, float* out, int64_t out_stride) const;
 
   int64_t rows() const { return rows_; }
+  PackedArithmetic arithmetic() const { return arithmetic_; }
 
  private:
-  PackedMatrix(GgmlType type, int64_t rows, int64_t n)
-      : type_(type), rows_(rows), n_(n) {}
+  PackedMatrix(GgmlType type, int64_t rows, int64_t n,
+               PackedArithmetic arithmetic)
+      : type_(type), rows_(rows), n_(n), arithmetic_(arithmetic) {}
 
   GgmlType type_;
   int64_t rows_;
   int64_t n_;
+  PackedArithmetic arithmetic_;
   std::vector<uint8_t> bytes_;
 };
 

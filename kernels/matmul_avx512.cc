@@ -467,6 +467,20 @@ void LaneStarts(const uint8_t* act, int64_t nb, int32_t* starts) {
   }
 }
 
+// -kLaneOffset * (sum of the block's 32 activations) for every block of one
+// activation row: the block-sum kernels' integer starts.
+template <class F>
+void BlockStarts(const uint8_t* act, int64_t nb, int32_t* starts) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+        act + b * F::kActBytes + F::kActQuantOffset));
+    starts[b] = -F::kLaneOffset *
+                _mm512_reduce_add_epi32(_mm512_zextsi256_si512(
+                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, y)));
+  }
+}
+
 template <class F>
 void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
                       int64_t row_end, const uint8_t* act, float* out) {
@@ -527,9 +541,12 @@ struct PackedTokenScales {
   float d[kMaxAvx512Blocks];
   float s[F::kHasMin ? kMaxAvx512Blocks : 1];
   int32_t starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks * 8 : 1];
+  // Block sums (kBlockSums): -kLaneOffset * (sum of the block's 32
+  // activations), where the whole block's integer sum starts.
+  int32_t block_starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks : 1];
 };
 
-template <class F>
+template <class F, bool kBlockSums = false>
 void PreparePackedToken(const uint8_t* act, int64_t nb,
                         PackedTokenScales<F>* out) {
   out->row = act;
@@ -538,7 +555,13 @@ void PreparePackedToken(const uint8_t* act, int64_t nb,
     out->d[b] = LoadHalf(ab);
     if constexpr (F::kHasMin) out->s[b] = LoadHalf(ab + 2);
   }
-  if constexpr (F::kLaneOffset != 0) LaneStarts<F>(act, nb, out->starts);
+  if constexpr (F::kLaneOffset != 0) {
+    if constexpr (kBlockSums) {
+      BlockStarts<F>(act, nb, out->block_starts);
+    } else {
+      LaneStarts<F>(act, nb, out->starts);
+    }
+  }
 }
 
 // A zero register for vpdpbusd to accumulate into, as a zeroing idiom of its
@@ -591,8 +614,8 @@ void ConvertHeaders(const uint8_t* groups, int64_t group_blocks, float* out) {
 // decode's pace instead of waiting on every block.
 template <class F, int T, bool kStream = false>
 void PackedGroupTokens(const uint8_t* group, float* header_floats, int64_t nb,
-                       const PackedTokenScales<F>* const scales[T],
-                       float* const out[T], __mmask16 store_mask) {
+                       const PackedTokenScales<F>* const scales[],
+                       float* const out[], __mmask16 store_mask) {
   constexpr int kBlockBytes = PackedBlockBytes<F>();
   __m512 acc[T][8];
   __m512 summs[T];
@@ -650,9 +673,142 @@ void PackedGroupTokens(const uint8_t* group, float* header_floats, int64_t nb,
   }
 }
 
+// The block-sum arithmetic (PackedArithmetic::kBlockSums, kernels/matmul.h)
+// on one packed group of 16 rows against T tokens: per (row, token) and
+// block b in order,
+//   sum  = the exact integer sum of the block's 32 products
+//   acc  = fma(d_w * d_x, float(sum), acc)
+//   mins = fma(m_w, s_x, mins)                                (Q4_1 only)
+// and out = acc + mins. A block's eight ggml lanes add up in integers (in
+// two registers, even and odd lanes, so that each dependency chain is four
+// vpdpbusd long), then take one conversion and one multiply-add for 16
+// rows where ggml's order takes eight of each: with the accumulators down
+// from eight registers per token to one, each unpacked block serves four
+// tokens instead of two. Arguments as PackedGroupTokens'; the scales are
+// prepared with block starts (PreparePackedToken<F, true>).
+template <class F, int T, bool kStream = false>
+void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
+                          int64_t nb,
+                          const PackedTokenScales<F>* const scales[],
+                          float* const out[], __mmask16 store_mask) {
+  constexpr int kBlockBytes = PackedBlockBytes<F>();
+  __m512 acc[T];
+  __m512 mins[T];
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    mins[t] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* block = group + b * kBlockBytes;
+    float* hf = header_floats + b * HeaderFloats<F>();
+    if constexpr (kStream) {
+      for (int line = 0; line < kBlockBytes / 64; ++line) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(block + 4 * kBlockBytes + 64 * line),
+            _MM_HINT_T0);
+      }
+      ConvertHeaders<F>(block, 1, hf);
+    }
+    __m512i even[T], odd[T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      if constexpr (F::kLaneOffset != 0) {
+        even[t] = _mm512_set1_epi32(scales[t]->block_starts[b]);
+      } else {
+        even[t] = FreshZero();
+      }
+      odd[t] = FreshZero();
+    }
+    auto lane = [&](int i, __m512i w) {
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const __m512i yi = _mm512_set1_epi32(static_cast<int>(LoadU32(
+            scales[t]->row + b * F::kActBytes + F::kActQuantOffset + 4 * i)));
+        if (i % 2 == 0) {
+          even[t] = _mm512_dpbusd_epi32(even[t], w, yi);
+        } else {
+          odd[t] = _mm512_dpbusd_epi32(odd[t], w, yi);
+        }
+      }
+    };
+    ForEachPackedLane<F>(block, lane);
+    const __m512 dw = _mm512_loadu_ps(hf);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(scales[t]->d[b]));
+      acc[t] = _mm512_fmadd_ps(
+          d, _mm512_cvtepi32_ps(_mm512_add_epi32(even[t], odd[t])), acc[t]);
+      if constexpr (F::kHasMin) {
+        mins[t] = _mm512_fmadd_ps(_mm512_loadu_ps(hf + 16),
+                                  _mm512_set1_ps(scales[t]->s[b]), mins[t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    _mm512_mask_storeu_ps(out[t], store_mask,
+                          F::kHasMin ? _mm512_add_ps(acc[t], mins[t]) : acc[t]);
+  }
+}
+
+// Tokens one pass over a packed group takes: ggml's order keeps eight
+// accumulators per token (two tokens fill half the registers), block sums
+// one.
+template <bool kBlockSums>
+inline constexpr int kPassTokens = kBlockSums ? 4 : 2;
+
+// One pass of n (1..kPassTokens) tokens over a packed group, in the
+// arithmetic kBlockSums names.
+template <class F, bool kBlockSums, bool kStream = false>
+void GroupPass(int n, const uint8_t* group, float* header_floats, int64_t nb,
+               const PackedTokenScales<F>* const scales[], float* const out[],
+               __mmask16 mask) {
+  if constexpr (kBlockSums) {
+    switch (n) {
+      case 1:
+        return PackedGroupBlockSums<F, 1, kStream>(group, header_floats, nb,
+                                                   scales, out, mask);
+      case 2:
+        return PackedGroupBlockSums<F, 2, kStream>(group, header_floats, nb,
+                                                   scales, out, mask);
+      case 3:
+        return PackedGroupBlockSums<F, 3, kStream>(group, header_floats, nb,
+                                                   scales, out, mask);
+      default:
+        return PackedGroupBlockSums<F, 4, kStream>(group, header_floats, nb,
+                                                   scales, out, mask);
+    }
+  } else if (n == 2) {
+    PackedGroupTokens<F, 2, kStream>(group, header_floats, nb, scales, out,
+                                     mask);
+  } else {
+    PackedGroupTokens<F, 1, kStream>(group, header_floats, nb, scales, out,
+                                     mask);
+  }
+}
+
+// Decode's matrix-vector product in block sums: the group kernel streaming
+// each group once.
+template <class F>
+void MatVecPackedBlockSums(const uint8_t* packed, int64_t nb, int64_t row_begin,
+                           int64_t row_end, const uint8_t* act, float* out) {
+  constexpr int64_t kBlockBytes = PackedBlockBytes<F>();
+  PackedTokenScales<F> scales;
+  PreparePackedToken<F, true>(act, nb, &scales);
+  const PackedTokenScales<F>* const one[1] = {&scales};
+  alignas(64) float header_floats[kMaxAvx512Blocks * HeaderFloats<F>()];
+  for (int64_t g0 = row_begin; g0 < row_end; g0 += kPackRows) {
+    const int64_t count = row_end - g0 < kPackRows ? row_end - g0 : kPackRows;
+    float* const outs[1] = {out + g0};
+    PackedGroupBlockSums<F, 1, true>(packed + g0 / kPackRows * nb * kBlockBytes,
+                                     header_floats, nb, one, outs,
+                                     static_cast<__mmask16>((1u << count) - 1));
+  }
+}
+
 // The most tokens MatMulPackedFewTokens takes: a batched decode step or a
 // speculative verification pass (2 to 9 tokens), with every token's scales
-// prepared once per product (Q8_0: 18 KB per token, on the stack).
+// prepared once per product (Q8_0: 20 KB per token, on the stack).
 inline constexpr int kMaxFewTokens = 16;
 
 // MatMulPacked for 2..kMaxFewTokens tokens: groups outer, tokens inner.
@@ -666,34 +822,35 @@ inline constexpr int kMaxFewTokens = 16;
 // half the product's time there), and prepared every token's scales once
 // per chunk. Same arithmetic per (row, token): bit for bit
 // PackedGroupTokens' results.
-template <class F>
+template <class F, bool kBlockSums>
 void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
                            int64_t row_end, const uint8_t* act, int n_tokens,
                            float* out, int64_t out_stride) {
   constexpr int64_t kBlockBytes = PackedBlockBytes<F>();
+  constexpr int kPass = kPassTokens<kBlockSums>;
   const int64_t group_bytes = nb * kBlockBytes;
   const int64_t act_row_bytes = nb * F::kActBytes;
   PackedTokenScales<F> scales[kMaxFewTokens];
+  const PackedTokenScales<F>* token_scales[kMaxFewTokens];
   for (int t = 0; t < n_tokens; ++t) {
-    PreparePackedToken<F>(act + t * act_row_bytes, nb, &scales[t]);
+    PreparePackedToken<F, kBlockSums>(act + t * act_row_bytes, nb, &scales[t]);
+    token_scales[t] = &scales[t];
   }
   alignas(64) float header_floats[kMaxAvx512Blocks * HeaderFloats<F>()];
+  float* outs[kMaxFewTokens];
   for (int64_t g0 = row_begin; g0 < row_end; g0 += kPackRows) {
     const uint8_t* group = packed + g0 / kPackRows * group_bytes;
     const int64_t count = row_end - g0 < kPackRows ? row_end - g0 : kPackRows;
     const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
-    for (int t0 = 0; t0 < n_tokens; t0 += 2) {
-      const PackedTokenScales<F>* const pair[2] = {
-          &scales[t0], &scales[t0 + 1 < n_tokens ? t0 + 1 : t0]};
-      float* const outs[2] = {out + t0 * out_stride + g0,
-                              out + (t0 + 1) * out_stride + g0};
-      if (t0 == 0) {  // n_tokens >= 2
-        PackedGroupTokens<F, 2, true>(group, header_floats, nb, pair, outs,
-                                      mask);
-      } else if (t0 + 1 < n_tokens) {
-        PackedGroupTokens<F, 2>(group, header_floats, nb, pair, outs, mask);
+    for (int t = 0; t < n_tokens; ++t) outs[t] = out + t * out_stride + g0;
+    for (int t0 = 0; t0 < n_tokens; t0 += kPass) {
+      const int n = n_tokens - t0 < kPass ? n_tokens - t0 : kPass;
+      if (t0 == 0) {  // the pass that streams the group and its headers
+        GroupPass<F, kBlockSums, true>(n, group, header_floats, nb,
+                                       token_scales + t0, outs + t0, mask);
       } else {
-        PackedGroupTokens<F, 1>(group, header_floats, nb, pair, outs, mask);
+        GroupPass<F, kBlockSums>(n, group, header_floats, nb, token_scales + t0,
+                                 outs + t0, mask);
       }
     }
   }
@@ -702,29 +859,32 @@ void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
 // MatMulPacked for two or more tokens: rows in chunks of about kChunkBytes
 // of packed weights, so that a chunk stays in L2 while every pair of tokens
 // passes over it.
-template <class F>
+template <class F, bool kBlockSums>
 void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
                       int64_t row_end, const uint8_t* act, int n_tokens,
                       float* out, int64_t out_stride) {
   constexpr int64_t kBlockBytes = PackedBlockBytes<F>();
+  constexpr int kPass = kPassTokens<kBlockSums>;
   const int64_t group_bytes = nb * kBlockBytes;
   int64_t chunk_rows = kChunkBytes / group_bytes * kPackRows;
   if (chunk_rows < kPackRows) chunk_rows = kPackRows;
   const int64_t act_row_bytes = nb * F::kActBytes;
-  // About 150 KB on the stack: see Run.
-  PackedTokenScales<F> first, second;
+  // At most about 150 KB on the stack: see Run.
+  PackedTokenScales<F> scales[kPass];
+  const PackedTokenScales<F>* token_scales[kPass];
+  for (int t = 0; t < kPass; ++t) token_scales[t] = &scales[t];
   alignas(64) float header_floats[kMaxChunkGroupBlocks * HeaderFloats<F>()];
-  const PackedTokenScales<F>* const pair[2] = {&first, &second};
+  float* outs[kPass];
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
     const int64_t c1 = c0 + chunk_rows < row_end ? c0 + chunk_rows : row_end;
     const uint8_t* chunk = packed + c0 / kPackRows * group_bytes;
     ConvertHeaders<F>(chunk, (c1 - c0 + kPackRows - 1) / kPackRows * nb,
                       header_floats);
-    for (int t0 = 0; t0 < n_tokens; t0 += 2) {
-      const bool two = t0 + 1 < n_tokens;
-      PreparePackedToken<F>(act + t0 * act_row_bytes, nb, &first);
-      if (two) {
-        PreparePackedToken<F>(act + (t0 + 1) * act_row_bytes, nb, &second);
+    for (int t0 = 0; t0 < n_tokens; t0 += kPass) {
+      const int n = n_tokens - t0 < kPass ? n_tokens - t0 : kPass;
+      for (int t = 0; t < n; ++t) {
+        PreparePackedToken<F, kBlockSums>(act + (t0 + t) * act_row_bytes, nb,
+                                          &scales[t]);
       }
       for (int64_t g0 = c0; g0 < c1; g0 += kPackRows) {
         const uint8_t* group = packed + g0 / kPackRows * group_bytes;
@@ -732,13 +892,9 @@ void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
             header_floats + (g0 - c0) / kPackRows * nb * HeaderFloats<F>();
         const int64_t count = c1 - g0 < kPackRows ? c1 - g0 : kPackRows;
         const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
-        float* const outs[2] = {out + t0 * out_stride + g0,
-                                out + (t0 + 1) * out_stride + g0};
-        if (two) {
-          PackedGroupTokens<F, 2>(group, group_headers, nb, pair, outs, mask);
-        } else {
-          PackedGroupTokens<F, 1>(group, group_headers, nb, pair, outs, mask);
-        }
+        for (int t = 0; t < n; ++t) outs[t] = out + (t0 + t) * out_stride + g0;
+        GroupPass<F, kBlockSums>(n, group, group_headers, nb, token_scales,
+                                 outs, mask);
       }
     }
   }
@@ -801,39 +957,56 @@ bool PackRows(GgmlType type, const uint8_t* weights, int64_t rows, int64_t cols,
   }
 }
 
-// MatMulPacked for one format.
-template <class F>
-void PackedProduct(const uint8_t* packed, int64_t nb, int64_t row_begin,
-                   int64_t row_end, const uint8_t* act, int n_tokens,
-                   float* out, int64_t out_stride) {
+// MatMulPacked for one format and arithmetic.
+template <class F, bool kBlockSums>
+void PackedProductIn(const uint8_t* packed, int64_t nb, int64_t row_begin,
+                     int64_t row_end, const uint8_t* act, int n_tokens,
+                     float* out, int64_t out_stride) {
   if (n_tokens == 1) {
-    MatVecPackedRows<F>(packed, nb, row_begin, row_end, act, out);
+    if constexpr (kBlockSums) {
+      MatVecPackedBlockSums<F>(packed, nb, row_begin, row_end, act, out);
+    } else {
+      MatVecPackedRows<F>(packed, nb, row_begin, row_end, act, out);
+    }
   } else if (n_tokens <= kMaxFewTokens) {
-    MatMulPackedFewTokens<F>(packed, nb, row_begin, row_end, act, n_tokens, out,
-                             out_stride);
+    MatMulPackedFewTokens<F, kBlockSums>(packed, nb, row_begin, row_end, act,
+                                         n_tokens, out, out_stride);
   } else {
-    MatMulPackedRows<F>(packed, nb, row_begin, row_end, act, n_tokens, out,
-                        out_stride);
+    MatMulPackedRows<F, kBlockSums>(packed, nb, row_begin, row_end, act,
+                                    n_tokens, out, out_stride);
   }
 }
 
-void MatMulPacked(GgmlType type, const uint8_t* packed, int64_t cols,
-                  int64_t row_begin, int64_t row_end,
+template <class F>
+void PackedProduct(bool block_sums, const uint8_t* packed, int64_t nb,
+                   int64_t row_begin, int64_t row_end, const uint8_t* act,
+                   int n_tokens, float* out, int64_t out_stride) {
+  if (block_sums) {
+    PackedProductIn<F, true>(packed, nb, row_begin, row_end, act, n_tokens, out,
+                             out_stride);
+  } else {
+    PackedProductIn<F, false>(packed, nb, row_begin, row_end, act, n_tokens,
+                              out, out_stride);
+  }
+}
+
+void MatMulPacked(GgmlType type, bool block_sums, const uint8_t* packed,
+                  int64_t cols, int64_t row_begin, int64_t row_end,
                   const uint8_t* activations, int n_tokens, float* out,
                   int64_t out_stride) {
   const int64_t nb = cols / 32;
   switch (type) {
     case GgmlType::kQ4_0:
-      PackedProduct<Q4_0Format>(packed, nb, row_begin, row_end, activations,
-                                n_tokens, out, out_stride);
+      PackedProduct<Q4_0Format>(block_sums, packed, nb, row_begin, row_end,
+                                activations, n_tokens, out, out_stride);
       return;
     case GgmlType::kQ4_1:
-      PackedProduct<Q4_1Format>(packed, nb, row_begin, row_end, activations,
-                                n_tokens, out, out_stride);
+      PackedProduct<Q4_1Format>(block_sums, packed, nb, row_begin, row_end,
+                                activations, n_tokens, out, out_stride);
       return;
     case GgmlType::kQ8_0:
-      PackedProduct<Q8_0Format>(packed, nb, row_begin, row_end, activations,
-                                n_tokens, out, out_stride);
+      PackedProduct<Q8_0Format>(block_sums, packed, nb, row_begin, row_end,
+                                activations, n_tokens, out, out_stride);
       return;
     default:
       return;

@@ -52,16 +52,19 @@ bool PackRows(GgmlType type, const uint8_t* weights, int64_t rows, int64_t cols,
 // out[t * out_stride + r] for r in [row_begin, row_end) (row_begin a
 // multiple of kPackRows; rows of at most kMaxAvx512Blocks blocks) and
 // t < n_tokens: the packed matrix times n_tokens contiguous activation rows
-// (Q8_1 for Q4_1, Q8_0 otherwise), bit for bit MatMulRows' result. One
-// token streams the groups (decode); more take two at a time (prefill and
-// batched decode: the weights of a block are unpacked once for two tokens,
-// which then take one broadcast vpdpbusd, convert and multiply-add per ggml
-// lane and 16 rows). Up to 16 tokens (batched decode, verification passes)
-// go group by group: the first pair streams each group from memory as
-// decode does, the other pairs find it in L1; more (prefill) go in chunks
-// of rows that stay in L2.
-void MatMulPacked(GgmlType type, const uint8_t* packed, int64_t cols,
-                  int64_t row_begin, int64_t row_end,
+// (Q8_1 for Q4_1, Q8_0 otherwise). With block_sums false, bit for bit
+// MatMulRows' result (ggml's order). One token streams the groups
+// (decode); more take two at a time (prefill and batched decode: the
+// weights of a block are unpacked once for two tokens, which then take one
+// broadcast vpdpbusd, convert and multiply-add per ggml lane and 16 rows).
+// Up to 16 tokens (batched decode, verification passes) go group by group:
+// the first pair streams each group from memory as decode does, the other
+// pairs find it in L1; more (prefill) go in chunks of rows that stay in L2.
+// With block_sums true, PackedArithmetic::kBlockSums (kernels/matmul.h):
+// the same loops, four tokens at a time, each block's integer sum taking
+// one convert and one multiply-add per 16 rows.
+void MatMulPacked(GgmlType type, bool block_sums, const uint8_t* packed,
+                  int64_t cols, int64_t row_begin, int64_t row_end,
                   const uint8_t* activations, int n_tokens, float* out,
                   int64_t out_stride);
 

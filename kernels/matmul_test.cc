@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -1071,10 +1072,16 @@ TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
 }
 
 // Several tokens against packed weights (prefill, batched decode) give the
-// reference's bits for every (row, token), with an odd token count (a last
-// token without a partner), partial groups, ranges starting at any group,
-// and, for the 300-row matrices of long rows, more than one L2 chunk.
-TEST(PackedMatrixTest, MatMulEqualsTheScalarReferenceBitwise) {
+// reference's bits for every (row, token), in either arithmetic (block sums
+// from one token up: decode has a kernel of its own there too), with token
+// counts that leave a partial pass (ggml's order takes two tokens per pass,
+// block sums four), partial groups, ranges starting at any group, and, for
+// the 300-row matrices of long rows, more than one L2 chunk.
+class PackedArithmeticTest : public testing::TestWithParam<PackedArithmetic> {};
+
+TEST_P(PackedArithmeticTest, MatMulEqualsTheScalarReferenceBitwise) {
+  const PackedArithmetic arithmetic = GetParam();
+  const bool block_sums = arithmetic == PackedArithmetic::kBlockSums;
   std::mt19937 rng(37);
   for (const GgmlType type :
        {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
@@ -1083,14 +1090,16 @@ TEST(PackedMatrixTest, MatMulEqualsTheScalarReferenceBitwise) {
       SCOPED_TRACE(absl::StrCat(Name(type), " rows=", rows, " n=", n));
       const RandomWeights w = MakeRandomWeights(type, rows, n, rng);
       const std::unique_ptr<PackedMatrix> packed =
-          PackedMatrix::Pack(type, w.bytes.data(), rows, n);
+          PackedMatrix::Pack(type, w.bytes.data(), rows, n, arithmetic);
       if (packed == nullptr) GTEST_SKIP() << "no packed kernel on this CPU";
+      EXPECT_EQ(packed->arithmetic(), arithmetic);
       const GgmlType act_type = *VecDotType(type);
       const int64_t act_bytes = ActivationRowBytes(act_type, n);
       const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(type, n));
       // 2..16 tokens take the small-batch kernels (batched decode,
       // verification passes), more the chunked prefill order.
-      for (const int tokens : {2, 3, 4, 5, 7, 8, 9, 16, 17, 40}) {
+      for (const int tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 18, 40}) {
+        if (tokens == 1 && !block_sums) continue;  // MatVecEquals... above
         std::vector<uint8_t> a(act_bytes * tokens);
         for (int t = 0; t < tokens; ++t) {
           const std::vector<float> x = MakeRandomActivations(n, rng);
@@ -1109,9 +1118,11 @@ TEST(PackedMatrixTest, MatMulEqualsTheScalarReferenceBitwise) {
                     << "wrote outside the range: t=" << t << " r=" << r;
                 continue;
               }
+              const uint8_t* row = w.bytes.data() + r * row_bytes;
+              const uint8_t* token = a.data() + t * act_bytes;
               const float want =
-                  VecDotReference(type, w.bytes.data() + r * row_bytes,
-                                  a.data() + t * act_bytes, n);
+                  block_sums ? VecDotBlockSumsReference(type, row, token, n)
+                             : VecDotReference(type, row, token, n);
               ASSERT_EQ(std::bit_cast<uint32_t>(got),
                         std::bit_cast<uint32_t>(want))
                   << tokens << " tokens, [" << begin << ", " << end
@@ -1122,6 +1133,53 @@ TEST(PackedMatrixTest, MatMulEqualsTheScalarReferenceBitwise) {
       }
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Arithmetics, PackedArithmeticTest,
+    testing::Values(PackedArithmetic::kGgml, PackedArithmetic::kBlockSums),
+    [](const testing::TestParamInfo<PackedArithmetic>& info) {
+      return info.param == PackedArithmetic::kGgml ? "Ggml" : "BlockSums";
+    });
+
+// Block sums are another rounding of the same integers: as close to ggml's
+// order as two float summations of the blocks can be, and not equal to it
+// (else the bitwise test above could not tell the two kernels apart).
+TEST(PackedMatrixTest, BlockSumsAreCloseToGgmlsOrderButNotItsBits) {
+  std::mt19937 rng(41);
+  for (const GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(Name(type));
+    const int64_t rows = 200, n = 1536;
+    const RandomWeights w = MakeRandomWeights(type, rows, n, rng);
+    const GgmlType act_type = *VecDotType(type);
+    std::vector<uint8_t> a(ActivationRowBytes(act_type, n));
+    const std::vector<float> x = MakeRandomActivations(n, rng);
+    QuantizeActivations(act_type, x.data(), n, a.data());
+    const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(type, n));
+    int differing = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = w.bytes.data() + r * row_bytes;
+      const float ggml = VecDotReference(type, row, a.data(), n);
+      const float sums = VecDotBlockSumsReference(type, row, a.data(), n);
+      // Each block's product, summed by magnitude: what the roundings
+      // scale with.
+      double magnitude = 0.0;
+      for (int64_t b = 0; b < n / 32; ++b) {
+        magnitude += std::abs(VecDotBlockSumsReference(
+            type, row + b * row_bytes / (n / 32),
+            a.data() + b * ActivationRowBytes(act_type, 32), 32));
+      }
+      // Each order rounds once per block and a few times at the end.
+      const double bound =
+          (n / 32 + 8) * std::numeric_limits<float>::epsilon() * magnitude;
+      EXPECT_LE(std::abs(ggml - sums), bound) << "r=" << r;
+      differing += ggml != sums;
+    }
+    EXPECT_GT(differing, rows / 10);
+  }
+  EXPECT_TRUE(std::isnan(
+      VecDotBlockSumsReference(GgmlType::kQ4_K, nullptr, nullptr, 256)));
 }
 
 TEST(MatMulRowsTest, ThreadsOnDisjointRowRangesMatchOneCall) {

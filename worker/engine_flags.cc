@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "kernels/matmul.h"
 #include "proto/common.pb.h"
 
 ABSL_FLAG(int32_t, kv_cache_mb, 256, "KV cache size in MiB");
@@ -53,6 +54,40 @@ std::string AbslUnparseFlag(const KvCacheDtypeFlag& flag) {
 
 }  // namespace pdserve::worker
 
+namespace pdserve::worker {
+
+// --matmul_arithmetic's value; a bad one is refused when flags are parsed.
+struct MatmulArithmeticFlag {
+  kernels::PackedArithmetic arithmetic = kernels::PackedArithmetic::kGgml;
+};
+
+bool AbslParseFlag(absl::string_view text, MatmulArithmeticFlag* flag,
+                   std::string* error) {
+  if (text == "ggml") {
+    flag->arithmetic = kernels::PackedArithmetic::kGgml;
+  } else if (text == "block_sums") {
+    flag->arithmetic = kernels::PackedArithmetic::kBlockSums;
+  } else {
+    *error = "expected ggml or block_sums";
+    return false;
+  }
+  return true;
+}
+
+std::string AbslUnparseFlag(const MatmulArithmeticFlag& flag) {
+  return flag.arithmetic == kernels::PackedArithmetic::kBlockSums ? "block_sums"
+                                                                  : "ggml";
+}
+
+}  // namespace pdserve::worker
+
+ABSL_FLAG(pdserve::worker::MatmulArithmeticFlag, matmul_arithmetic, {},
+          "how quantized matrix products add up: ggml (default; llama.cpp's "
+          "arithmetic bit for bit) or block_sums (one rounding per 32-element "
+          "block: about 1.8x faster prompts and batched decode on CPUs with "
+          "AVX-512 VNNI, logits a few ulps from llama.cpp's). Prefill and "
+          "decode workers of one cluster should use the same");
+
 ABSL_FLAG(pdserve::worker::KvCacheDtypeFlag, kv_cache_dtype, {},
           "how the KV cache stores K and V: fp16 (default; llama.cpp's "
           "numerics) or fp8_e4m3 (half the memory per token). Prefill and "
@@ -69,6 +104,8 @@ engine::EngineOptions EngineOptionsFromFlags() {
   options.runner.num_threads = absl::GetFlag(FLAGS_threads);
   options.runner.enable_prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.runner.kv_dtype = absl::GetFlag(FLAGS_kv_cache_dtype).dtype;
+  options.runner.matmul_arithmetic =
+      absl::GetFlag(FLAGS_matmul_arithmetic).arithmetic;
   options.runner.attention_sinks = absl::GetFlag(FLAGS_attention_sinks);
   options.runner.sink_window = absl::GetFlag(FLAGS_sink_window);
   options.runner.testing_pass_delay =

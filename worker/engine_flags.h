@@ -4,10 +4,10 @@
 // Only worker processes link these flags; which model to serve is
 // model/model_flags.h, shared with the router.
 //
-// --kv_cache_mb, --kv_block_size, --kv_cache_dtype, --max_batch_tokens,
-// --max_running, --threads, --prefix_cache, --attention_sinks and
-// --sink_window (StreamingLLM, off by default); --testing_pass_delay_us and
-// --testing_token_delay_us (tests of scaling).
+// --kv_cache_mb, --kv_block_size, --kv_cache_dtype, --matmul_arithmetic,
+// --max_batch_tokens, --max_running, --threads, --prefix_cache,
+// --attention_sinks and --sink_window (StreamingLLM, off by default);
+// --testing_pass_delay_us and --testing_token_delay_us (tests of scaling).
 #ifndef PDSERVE_WORKER_ENGINE_FLAGS_H_
 #define PDSERVE_WORKER_ENGINE_FLAGS_H_
 
