@@ -194,11 +194,12 @@ int Main() {
   engine::ModelRunnerOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   const std::string arithmetic = absl::GetFlag(FLAGS_matmul_arithmetic);
-  if (arithmetic == "block_sums") {
-    options.matmul_arithmetic = kernels::PackedArithmetic::kBlockSums;
-  } else if (arithmetic != "ggml") {
-    std::cerr << "engine_bench: --matmul_arithmetic: expected ggml or "
-                 "block_sums\n";
+  if (absl::StatusOr<kernels::PackedArithmetic> parsed =
+          kernels::ParsePackedArithmetic(arithmetic);
+      parsed.ok()) {
+    options.matmul_arithmetic = *parsed;
+  } else {
+    std::cerr << "engine_bench: " << parsed.status().message() << "\n";
     return 1;
   }
   options.enable_prefix_cache = false;

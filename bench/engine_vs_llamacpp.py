@@ -2,11 +2,16 @@
 """pdserve's engine and llama.cpp on the same models, alternating, same run.
 
 For each round and each model (NAME=GGUF), runs in turn:
-  engine_bench --threads=2 (prefill 128/512, single-stream decode against the
-      roofline measured in the same run, batched decode at 1/8/32/64);
-  engine_bench --threads=1 --only=sweep (batch 1, 2, 4, 8, 16: what a
-      serving worker with one forward-pass thread sees);
-  tools/llamacpp_speed.py --threads=2 (llama.cpp's pp128, pp512, tg128).
+  tools/llamacpp_speed.py --threads=2 (llama.cpp's pp128, pp512, tg128);
+  and for each of the engine's arithmetics (--arithmetics: ggml, llama.cpp's
+  order and the default, and block_sums, kernels::PackedArithmetic):
+    engine_bench --threads=2 (prefill 128/512, single-stream decode against
+        the roofline measured in the same run, batched decode at
+        1/8/32/64);
+    engine_bench --threads=1 --only=sweep (batch 1, 2, 4, 8, 16: what a
+        serving worker with one forward-pass thread sees).
+Each (model, arithmetic) is a row of its own ("NAME" for ggml's order,
+"NAME, block sums"), compared with the same llama.cpp runs.
 Every ratio is taken within a round (the machines are noisy; drift hits the
 parts of one round alike) and the median over rounds is reported, next to
 the goals of issue 20:
@@ -50,16 +55,34 @@ def run_json(cmd, what):
         os.unlink(path)
 
 
+def row_name(name, arithmetic):
+    if arithmetic == "ggml":
+        return name
+    return f"{name}, {arithmetic.replace('_', ' ')}"
+
+
 def one_round(args, name, model):
-    two = run_json([args.engine_bench, f"--model={model}", "--threads=2",
-                    f"--runs={args.runs}", "--only=prefill,decode,batched"],
-                   f"{name}: pdserve, 2 threads")
-    sweep = run_json([args.engine_bench, f"--model={model}", "--threads=1",
-                      f"--runs={args.runs}", "--only=sweep"],
-                     f"{name}: pdserve, 1 thread, batch sweep")
+    """{row name: that row's figures} for one model, every arithmetic."""
     llama = run_json([args.llamacpp_python, args.llamacpp_speed,
                       f"--model={model}", "--threads=2",
                       f"--runs={args.runs}"], f"{name}: llama.cpp, 2 threads")
+    rows = {}
+    for arithmetic in args.arithmetics:
+        row = row_name(name, arithmetic)
+        flag = f"--matmul_arithmetic={arithmetic}"
+        two = run_json([args.engine_bench, f"--model={model}", "--threads=2",
+                        f"--runs={args.runs}", flag,
+                        "--only=prefill,decode,batched"],
+                       f"{row}: pdserve, 2 threads")
+        sweep = run_json([args.engine_bench, f"--model={model}",
+                          "--threads=1", f"--runs={args.runs}", flag,
+                          "--only=sweep"],
+                         f"{row}: pdserve, 1 thread, batch sweep")
+        rows[row] = row_figures(two, sweep, llama)
+    return rows
+
+
+def row_figures(two, sweep, llama):
     b = two["batched_decode_tps"]
     s = sweep["sweep_tps"]
     return {
@@ -146,7 +169,7 @@ def plot(result, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     models = list(result["models"].items())
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5))
     x = range(len(models))
     labels = [n for n, _ in models]
     w = 0.38
@@ -164,7 +187,7 @@ def plot(result, path):
             ax.scatter(list(x), [m["figures"]["roofline"] for _, m in models],
                        marker="_", s=600, color="k", label="memory roofline")
         ax.set_xticks(list(x))
-        ax.set_xticklabels(labels)
+        ax.set_xticklabels(labels, rotation=20, ha="right")
         ax.set_ylabel("tokens/s")
         ax.set_yscale("log")
         ax.set_title(title)
@@ -194,17 +217,24 @@ def main():
     ap.add_argument("--models", required=True, nargs="+",
                     help="NAME=GGUF; NAME containing 1b / q8_0 selects "
                          "those goals")
+    ap.add_argument("--arithmetics", nargs="+",
+                    default=["ggml", "block_sums"],
+                    choices=["ggml", "block_sums"],
+                    help="the engine's --matmul_arithmetic values to run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3,
                     help="runs per measurement within a round (median)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
     models = dict(m.split("=", 1) for m in args.models)
-    rounds = {name: [] for name in models}
+    files = {row_name(name, a): path for name, path in models.items()
+             for a in args.arithmetics}
+    rounds = {row: [] for row in files}
     for i in range(args.rounds):
         print(f"round {i + 1} of {args.rounds}", file=sys.stderr, flush=True)
         for name, path in models.items():
-            rounds[name].append(one_round(args, name, path))
+            for row, figures in one_round(args, name, path).items():
+                rounds[row].append(figures)
     first = next(iter(rounds.values()))[0]
     result = {"rounds": args.rounds,
               "llama_cpp_python": first["llamacpp_2t"]["llama_cpp_python"],
@@ -213,7 +243,8 @@ def main():
                   for rs in rounds.values() for r in rs),
               "goals": GOALS, "models": {}}
     for name, rs in rounds.items():
-        m = {"file": os.path.basename(models[name]),
+        m = {"file": os.path.basename(files[name]),
+             "matmul_arithmetic": rs[0]["pdserve_2t"]["matmul_arithmetic"],
              "ratios": medians(rs, "ratios"),
              "figures": medians(rs, "figures")}
         m["goals"] = [{"goal": g, "figure": f, "met": ok}

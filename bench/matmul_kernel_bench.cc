@@ -181,12 +181,21 @@ void ArithmeticShapes(benchmark::internal::Benchmark* b) {
   for (int tokens : {1, 8, 16, 32, 128}) b->Args({1536, 576, tokens});
   b->Args({24576, 576, 1});
   b->Args({24576, 576, 8});
+  // Llama-3.2-1B's FFN up and down at batched decode's 32 tokens: rows of
+  // 2048 and 8192 elements (a 16-row group of 8192 is larger than L1).
+  b->Args({8192, 2048, 32});
+  b->Args({2048, 8192, 32});
+  // Decode of those shapes, streaming 42 MB (past the last-level cache).
+  b->Args({32768, 2048, 1});
+  b->Args({8192, 8192, 1});
 }
 BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_block_sums, GgmlType::kQ4_1,
                   kernels::PackedArithmetic::kBlockSums)
     ->Apply(ArithmeticShapes);
 BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0_block_sums, GgmlType::kQ8_0,
                   kernels::PackedArithmetic::kBlockSums)
+    ->Apply(ArithmeticShapes);
+BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_ggml, GgmlType::kQ4_1)
     ->Apply(ArithmeticShapes);
 BENCHMARK_CAPTURE(BM_PackedMatMul, q8_0_ggml, GgmlType::kQ8_0)
     ->Apply(ArithmeticShapes);

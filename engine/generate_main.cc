@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/llm_engine.h"
+#include "kernels/matmul.h"
 #include "model/default_model.h"
 #include "model/model.h"
 #include "worker/speculative_flags.h"
@@ -52,6 +53,10 @@ ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS");
 ABSL_FLAG(int32_t, threads, 0, "Threads (0: the CPUs this process may use)");
 ABSL_FLAG(int32_t, kv_cache_mib, 256, "KV cache size in MiB");
+ABSL_FLAG(std::string, matmul_arithmetic, "ggml",
+          "how quantized matrix products add up: ggml (llama.cpp's "
+          "arithmetic bit for bit) or block_sums (faster prompts and batched "
+          "decode on AVX-512 VNNI; logits a few ulps apart)");
 ABSL_FLAG(int32_t, batch_tokens, 512, "Most tokens per forward pass");
 ABSL_FLAG(int32_t, attention_sinks, 0,
           "Attention sinks (StreamingLLM): leading tokens always attended; "
@@ -186,6 +191,13 @@ int Main() {
   options.runner.kv_cache_bytes = int64_t{absl::GetFlag(FLAGS_kv_cache_mib)}
                                   << 20;
   options.runner.max_batch_tokens = absl::GetFlag(FLAGS_batch_tokens);
+  absl::StatusOr<kernels::PackedArithmetic> arithmetic =
+      kernels::ParsePackedArithmetic(absl::GetFlag(FLAGS_matmul_arithmetic));
+  if (!arithmetic.ok()) {
+    std::cerr << "pd-generate: " << arithmetic.status().message() << "\n";
+    return 2;
+  }
+  options.runner.matmul_arithmetic = *arithmetic;
   std::unique_ptr<model::Model> draft_model;  // outlives the engine
   if (absl::Status spec = worker::SpeculativeOptionsFromFlags(
           &options.speculative, &draft_model);

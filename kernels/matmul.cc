@@ -759,6 +759,17 @@ float VecDotReference(GgmlType weight_type, const void* weight_row,
                 static_cast<const uint8_t*>(activations), n);
 }
 
+absl::StatusOr<PackedArithmetic> ParsePackedArithmetic(absl::string_view name) {
+  if (name == "ggml") return PackedArithmetic::kGgml;
+  if (name == "block_sums") return PackedArithmetic::kBlockSums;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown matmul arithmetic \"", name, "\": expected ggml or block_sums"));
+}
+
+const char* PackedArithmeticName(PackedArithmetic arithmetic) {
+  return arithmetic == PackedArithmetic::kBlockSums ? "block_sums" : "ggml";
+}
+
 float VecDotBlockSumsReference(GgmlType weight_type, const void* weight_row,
                                const void* activations, int64_t n) {
   int block_bytes, quant_offset, act_bytes, offset;

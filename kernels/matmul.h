@@ -57,6 +57,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/ggml_type.h"
 
 namespace pdserve::kernels {
@@ -123,6 +124,11 @@ void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
 //               batched decode); decode, bound by memory, runs as fast
 //               either way.
 enum class PackedArithmetic { kGgml, kBlockSums };
+
+// "ggml" or "block_sums" (the --matmul_arithmetic flags' values) and back;
+// INVALID_ARGUMENT naming both for anything else.
+absl::StatusOr<PackedArithmetic> ParsePackedArithmetic(absl::string_view name);
+const char* PackedArithmeticName(PackedArithmetic arithmetic);
 
 // VecDot in PackedArithmetic::kBlockSums, by the portable scalar kernel: the
 // reference the packed kernels must equal bit for bit. Q4_0, Q4_1 and Q8_0

@@ -63,20 +63,18 @@ struct MatmulArithmeticFlag {
 
 bool AbslParseFlag(absl::string_view text, MatmulArithmeticFlag* flag,
                    std::string* error) {
-  if (text == "ggml") {
-    flag->arithmetic = kernels::PackedArithmetic::kGgml;
-  } else if (text == "block_sums") {
-    flag->arithmetic = kernels::PackedArithmetic::kBlockSums;
-  } else {
-    *error = "expected ggml or block_sums";
+  absl::StatusOr<kernels::PackedArithmetic> parsed =
+      kernels::ParsePackedArithmetic(text);
+  if (!parsed.ok()) {
+    *error = std::string(parsed.status().message());
     return false;
   }
+  flag->arithmetic = *parsed;
   return true;
 }
 
 std::string AbslUnparseFlag(const MatmulArithmeticFlag& flag) {
-  return flag.arithmetic == kernels::PackedArithmetic::kBlockSums ? "block_sums"
-                                                                  : "ggml";
+  return kernels::PackedArithmeticName(flag.arithmetic);
 }
 
 }  // namespace pdserve::worker
