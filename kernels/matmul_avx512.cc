@@ -486,6 +486,18 @@ void BlockStarts(const uint8_t* act, int64_t nb, int32_t* starts) {
   }
 }
 
+// Streaming the packed groups (decode, a batch's first pass over a group):
+// the block four ahead, as far as the hardware prefetcher is behind.
+template <class F>
+inline void PrefetchFourBlocksAhead(const uint8_t* block) {
+  constexpr int kBlockBytes = PackedBlockBytes<F>();
+  for (int line = 0; line < kBlockBytes / 64; ++line) {
+    _mm_prefetch(
+        reinterpret_cast<const char*>(block + 4 * kBlockBytes + 64 * line),
+        _MM_HINT_T0);
+  }
+}
+
 template <class F>
 void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
                       int64_t row_end, const uint8_t* act, float* out) {
@@ -500,12 +512,7 @@ void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* block = group + b * kBlockBytes;
       const uint8_t* ab = act + b * F::kActBytes;
-      // Four blocks ahead, as far as the hardware prefetcher is behind.
-      for (int line = 0; line < kBlockBytes / 64; ++line) {
-        _mm_prefetch(
-            reinterpret_cast<const char*>(block + 4 * kBlockBytes + 64 * line),
-            _MM_HINT_T0);
-      }
+      PrefetchFourBlocksAhead<F>(block);
       const __m512i headers = _mm512_loadu_si512(block);
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(headers));
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(LoadHalf(ab)));
@@ -605,17 +612,12 @@ void ConvertHeaders(const uint8_t* groups, int64_t group_blocks, float* out) {
   }
 }
 
-// A streaming pass's work per block (kStream below): prefetch the block
-// four ahead, as MatVecPackedRows does, and convert this block's headers
-// into hf for the passes after it.
+// A streaming pass's work per block (kStream below): prefetch ahead, as
+// MatVecPackedRows does, and convert this block's headers into hf for the
+// passes after it.
 template <class F>
 inline void StreamBlock(const uint8_t* block, float* hf) {
-  constexpr int kBlockBytes = PackedBlockBytes<F>();
-  for (int line = 0; line < kBlockBytes / 64; ++line) {
-    _mm_prefetch(
-        reinterpret_cast<const char*>(block + 4 * kBlockBytes + 64 * line),
-        _MM_HINT_T0);
-  }
+  PrefetchFourBlocksAhead<F>(block);
   ConvertHeaders<F>(block, 1, hf);
 }
 
@@ -811,11 +813,7 @@ void MatVecPackedBlockSums(const uint8_t* packed, int64_t nb, int64_t row_begin,
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* block = group + b * kBlockBytes;
       const uint8_t* ab = act + b * F::kActBytes;
-      for (int line = 0; line < kBlockBytes / 64; ++line) {
-        _mm_prefetch(
-            reinterpret_cast<const char*>(block + 4 * kBlockBytes + 64 * line),
-            _MM_HINT_T0);
-      }
+      PrefetchFourBlocksAhead<F>(block);
       const __m512i headers = _mm512_loadu_si512(block);
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(headers));
       if constexpr (F::kHasMin) {
