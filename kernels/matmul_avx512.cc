@@ -33,9 +33,10 @@
 //    tokens (MatMulPackedFewTokens) take every pair over one group before
 //    the next, the first pair streaming it from memory; more
 //    (MatMulPackedRows) take every pair over an L2-sized chunk of groups.
-// and, for packed weights in the block-sum arithmetic (PackedArithmetic::
-// kBlockSums, matmul.h), PackedGroupBlockSums: the same groups and loops,
-// the eight lanes of a block added in integers, four tokens per pass.
+// In the block-sum arithmetic (PackedArithmetic::kBlockSums, matmul.h),
+// packed weights take MatVecPackedBlockSums (one token) and
+// PackedGroupBlockSums (more, through the same two loops): a block's eight
+// lanes added in integers, four tokens per pass.
 #include "kernels/matmul_avx512.h"
 
 #include <immintrin.h>
@@ -850,15 +851,16 @@ inline constexpr int kMaxFewTokens = 16;
 
 // MatMulPacked for 2..kMaxFewTokens tokens: groups outer, tokens inner.
 // Each group (16 rows, nb packed blocks: a few KB) is streamed from memory
-// once by the first pair of tokens (prefetching ahead, converting headers
-// as they arrive, as decode's MatVecPackedRows streams) and stays in L1
-// while the other pairs pass over it; the tokens' scales are prepared once
-// per product. The chunked order of MatMulPackedRows, made for prefill's
-// hundreds of tokens, instead waited on memory in a header pass over each
-// chunk and in the first pair's pass (a profile of a two-token pass showed
-// half the product's time there), and prepared every token's scales once
-// per chunk. Same arithmetic per (row, token): bit for bit
-// PackedGroupTokens' results.
+// once by the first pass of tokens (kPassTokens: two in ggml's order, four
+// in block sums; prefetching ahead, converting headers as they arrive, as
+// decode's MatVecPackedRows streams) and stays in L1 while the other passes
+// go over it; the tokens' scales are prepared once per product. The chunked
+// order of MatMulPackedRows, made for prefill's hundreds of tokens, instead
+// waited on memory in a header pass over each chunk and in the first pass
+// (a profile of a two-token pass showed half the product's time there), and
+// prepared every token's scales once per chunk. Same arithmetic per (row,
+// token): bit for bit PackedGroupTokens' (or PackedGroupBlockSums')
+// results.
 template <class F, bool kBlockSums>
 void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
                            int64_t row_end, const uint8_t* act, int n_tokens,
@@ -894,8 +896,8 @@ void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
 }
 
 // MatMulPacked for two or more tokens: rows in chunks of about kChunkBytes
-// of packed weights, so that a chunk stays in L2 while every pair of tokens
-// passes over it.
+// of packed weights, so that a chunk stays in L2 while every pass of
+// kPassTokens tokens goes over it.
 template <class F, bool kBlockSums>
 void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
                       int64_t row_end, const uint8_t* act, int n_tokens,
