@@ -68,6 +68,10 @@ ABSL_FLAG(std::string, only, "",
           "Run only these parts (comma-separated: prefill, decode, batched, "
           "metrics, sweep, verify), e.g. to profile one; the table then "
           "shows 0 for the others (sweep and verify run only when named)");
+ABSL_FLAG(std::vector<std::string>, sweep_batches,
+          std::vector<std::string>({"1", "2", "4", "8", "16"}),
+          "Batch sizes of the sweep (part \"sweep\"; the first is the one "
+          "the others' ratios divide by), e.g. one size to profile it");
 ABSL_FLAG(int32_t, verify_context, 300,
           "Context (tokens already computed) before each verification pass "
           "of the verify part");
@@ -311,8 +315,13 @@ int Main() {
   const auto named = [&](const std::string& part) {
     return std::find(parts.begin(), parts.end(), part) != parts.end();
   };
-  for (int batch : {1, 2, 4, 8, 16}) {
+  for (const std::string& size : absl::GetFlag(FLAGS_sweep_batches)) {
     if (!named("sweep")) break;
+    int batch = 0;
+    if (!absl::SimpleAtoi(size, &batch) || batch < 1) {
+      std::cerr << "engine_bench: bad --sweep_batches entry " << size << "\n";
+      return 1;
+    }
     samples.clear();
     for (int i = 0; i < runs; ++i) samples.push_back(decode(batch, 32, i));
     r.sweep.push_back({batch, Median(samples)});

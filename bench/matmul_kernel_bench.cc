@@ -185,8 +185,10 @@ void ArithmeticShapes(benchmark::internal::Benchmark* b) {
   // 2048 and 8192 elements (a 16-row group of 8192 is larger than L1).
   b->Args({8192, 2048, 32});
   b->Args({2048, 8192, 32});
-  // Decode of those shapes, streaming 42 MB (past the last-level cache).
-  b->Args({32768, 2048, 1});
+  // Decode of those shapes, streaming 42 MB (past the last-level cache),
+  // and batched decode's first pass over it (groups streamed from memory,
+  // each passed over by every token while it sits in L1).
+  for (int tokens : {1, 4, 8, 16}) b->Args({32768, 2048, tokens});
   b->Args({8192, 8192, 1});
 }
 BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_block_sums, GgmlType::kQ4_1,
