@@ -201,8 +201,12 @@ inline void WeightScales(const uint8_t* const row[kTile], int64_t offset,
 // The tiles read four short rows side by side; the hardware prefetcher does
 // not run far enough ahead of that (decode waited on memory in every block),
 // so the tile two ahead is prefetched as this one runs: three lines per
-// block cover 4 * 34 bytes, the most a block of four rows takes.
-inline void PrefetchTileAhead(const uint8_t* w, int64_t row_bytes, int64_t b) {
+// block cover 4 * 34 bytes, the most a block of four rows takes. Always
+// inlined, as PrefetchFourBlocksAhead below (GCC 12 deletes the calls of a
+// prefetch-only function it has not inlined).
+[[gnu::always_inline]] inline void PrefetchTileAhead(const uint8_t* w,
+                                                     int64_t row_bytes,
+                                                     int64_t b) {
   const char* ahead =
       reinterpret_cast<const char*>(w + 2 * kTile * row_bytes + b * 192);
   _mm_prefetch(ahead, _MM_HINT_T0);
@@ -946,7 +950,7 @@ void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
   float* outs[kPass];
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
     const int64_t c1 = c0 + chunk_rows < row_end ? c0 + chunk_rows : row_end;
-      for (int t0 = 0; t0 < n_tokens; t0 += kPass) {
+    for (int t0 = 0; t0 < n_tokens; t0 += kPass) {
       const int n = n_tokens - t0 < kPass ? n_tokens - t0 : kPass;
       for (int t = 0; t < n; ++t) {
         PreparePackedToken<F, kBlockSums>(act + (t0 + t) * act_row_bytes, nb,
