@@ -421,31 +421,6 @@ void AccumulateScalar(int slots, int64_t n, const float* p, const Rows& rows,
   }
 }
 
-// The same with AVX-512 over i (d % 16 == 0, d <= 256): every element still
-// gets one rounding per fused multiply-add in the same order (the positions
-// of a slot, ascending), so the result is the scalar one bit for bit. Slot
-// by slot, so that a slot's sums stay in registers while its positions
-// (every 16 * slots-th one) go by.
-template <class Rows>
-PD_AVX512 void AccumulateAvx512(int slots, int64_t n, const float* p,
-                                const Rows& rows, int d, float* acc) {
-  const int stride = kLanes * slots;
-  const int chunks = d / kLanes;
-  for (int slot = 0; slot < stride && slot < n; ++slot) {
-    __m512 sums[16];
-    for (int c = 0; c < chunks; ++c) sums[c] = _mm512_setzero_ps();
-    for (int64_t j = slot; j < n; j += stride) {
-      const __m512 pj = _mm512_set1_ps(p[j]);
-      for (int c = 0; c < chunks; ++c) {
-        sums[c] = _mm512_fmadd_ps(pj, rows.Load16(j, c), sums[c]);
-      }
-    }
-    // Slot (j / 16) % slots, lane j % 16 of the scalar layout.
-    float* a = acc + ((slot / kLanes) * kLanes + slot % kLanes) * d;
-    for (int c = 0; c < chunks; ++c) _mm512_storeu_ps(a + c * kLanes, sums[c]);
-  }
-}
-
 // The sums of each output element's 16 (tinyBLAS) or 64 (vec_dot) lane
 // slots, in ggml's order: 16 elements at a time.
 __attribute__((target("avx512f,avx512dq,f16c,fma"))) void FinishAvx512(
@@ -472,10 +447,82 @@ __attribute__((target("avx512f,avx512dq,f16c,fma"))) void FinishAvx512(
   }
 }
 
-// AccumulateAvx512 for NQ probability rows (p + h * p_stride) over the same
-// value rows at once, into acc + h * acc_stride, for d = C * 16 (a constant,
-// so that the sums stay in registers; NQ * C <= 24): each value vector is
-// loaded once for NQ multiply-adds. Every sum gets the single-row form's
+// AccumulateScalar and the sums of its slots with AVX-512 over i (d % 16 ==
+// 0, d <= 256), for output elements [16 * c0, 16 * (c0 + CN)): every element
+// gets one rounding per fused multiply-add in the same order (the positions
+// of a slot, ascending), then FinishAvx512's additions, so the result is the
+// scalar one bit for bit. Slot by slot, so that a slot's sums stay in
+// registers while its positions (every 16 * slots-th one) go by, and
+// reduced from registers: a scratch of every slot's sums (16 KB for vec_dot
+// and d = 64, zeroed, written and read back per call) cost a decode step
+// more than its products at contexts of tens of tokens. A slot without
+// positions adds its zero as FinishAvx512 does.
+template <int CN, class Rows>
+PD_AVX512 void WeightedSumChunksAvx512(int slots, int64_t n, const float* p,
+                                       const Rows& rows, int c0, float* out) {
+  const int stride = kLanes * slots;
+  __m512 v[kLanes][CN];
+  for (int l = 0; l < kLanes; ++l) {
+    // a[k]: slot k * 16 + l's sums, k < slots.
+    __m512 a[4][CN];
+    for (int k = 0; k < 4; ++k) {
+      for (int c = 0; c < CN; ++c) a[k][c] = _mm512_setzero_ps();
+    }
+    for (int k = 0; k < slots; ++k) {
+      for (int64_t j = k * kLanes + l; j < n; j += stride) {
+        const __m512 pj = _mm512_set1_ps(p[j]);
+        for (int c = 0; c < CN; ++c) {
+          a[k][c] = _mm512_fmadd_ps(pj, rows.Load16(j, c0 + c), a[k][c]);
+        }
+      }
+    }
+    for (int c = 0; c < CN; ++c) {
+      v[l][c] = slots == 4 ? _mm512_add_ps(_mm512_add_ps(a[0][c], a[2][c]),
+                                           _mm512_add_ps(a[1][c], a[3][c]))
+                           : a[0][c];
+    }
+  }
+  for (int c = 0; c < CN; ++c) {
+    // FinishAvx512's ReduceAdd16 over l.
+    __m512 w[kLanes];
+    for (int l = 0; l < kLanes; ++l) w[l] = v[l][c];
+    for (int l = 0; l < 8; ++l) w[l] = _mm512_add_ps(w[l + 8], w[l]);
+    for (int l = 0; l < 4; ++l) w[l] = _mm512_add_ps(w[l + 4], w[l]);
+    const __m512 s0 = _mm512_add_ps(w[0], w[2]);
+    const __m512 s1 = _mm512_add_ps(w[1], w[3]);
+    _mm512_storeu_ps(out + (c0 + c) * kLanes, _mm512_add_ps(s0, s1));
+  }
+}
+
+// WeightedRowSum's AVX-512 form: four 16-element chunks of the output at a
+// time (a head of 64 in one pass over the rows).
+template <class Rows>
+void WeightedSumAvx512(int slots, int64_t n, const float* p, const Rows& rows,
+                       int d, float* out) {
+  const int chunks = d / kLanes;
+  for (int c0 = 0; c0 < chunks; c0 += 4) {
+    switch (std::min(chunks - c0, 4)) {
+      case 1:
+        WeightedSumChunksAvx512<1>(slots, n, p, rows, c0, out);
+        break;
+      case 2:
+        WeightedSumChunksAvx512<2>(slots, n, p, rows, c0, out);
+        break;
+      case 3:
+        WeightedSumChunksAvx512<3>(slots, n, p, rows, c0, out);
+        break;
+      default:
+        WeightedSumChunksAvx512<4>(slots, n, p, rows, c0, out);
+        break;
+    }
+  }
+}
+
+// AccumulateScalar with AVX-512 (as WeightedSumChunksAvx512) for NQ
+// probability rows (p + h * p_stride) over the same value rows at once, into
+// acc + h * acc_stride, for d = C * 16 (a constant, so that the sums stay in
+// registers; NQ * C <= 24): each value vector is loaded once for NQ
+// multiply-adds. Every sum gets the single-row form's
 // operations in its order.
 template <int NQ, int C, class Rows>
 PD_AVX512 void AccumulateRowsAvx512(int slots, int64_t n, const float* p,
@@ -650,7 +697,7 @@ PD_AVX2 void TransposedScoresAvx2(bool vec_dot, const float* key_blocks,
 }
 
 // AccumulateScalar over i, 8 elements at a time (d % 8 == 0, d <= 256),
-// slot by slot as AccumulateAvx512.
+// slot by slot as WeightedSumChunksAvx512.
 template <class Rows>
 PD_AVX2 void AccumulateAvx2(int slots, int64_t n, const float* p,
                             const Rows& rows, int d, float* acc) {
@@ -684,13 +731,12 @@ template <class Rows>
 void WeightedRowSum(F16DotOrder order, int64_t n, const float* p,
                     const Rows& rows, int d, float* out, Simd simd) {
   const int slots = order == F16DotOrder::kVecDot ? 4 : 1;
-  std::vector<float>& acc = Scratch();
-  acc.assign(static_cast<size_t>(slots) * kLanes * d, 0.0f);
   if (simd == Simd::kAvx512) {
-    AccumulateAvx512(slots, n, p, rows, d, acc.data());
-    FinishAvx512(slots, acc.data(), d, out);
+    WeightedSumAvx512(slots, n, p, rows, d, out);
     return;
   }
+  std::vector<float>& acc = Scratch();
+  acc.assign(static_cast<size_t>(slots) * kLanes * d, 0.0f);
   if (simd == Simd::kAvx2) {
     AccumulateAvx2(slots, n, p, rows, d, acc.data());
   } else {
