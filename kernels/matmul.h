@@ -164,7 +164,7 @@ class PackedMatrix {
   // row r, activation t, n) for r in [row_begin, row_end), t < n_tokens;
   // in kBlockSums VecDotBlockSumsReference) on the packed rows, row_begin a
   // multiple of kRowGrain. One token streams the rows (decode's
-  // matrix-vector product); more take two at a time (four in kBlockSums;
+  // matrix-vector product); more take two at a time (eight in kBlockSums;
   // up to 16 tokens over each 16-row group in turn, more over chunks).
   void MatMul(int64_t row_begin, int64_t row_end, const void* activations,
               int n_tokens, float* out, int64_t out_stride) const;

@@ -36,7 +36,7 @@
 // In the block-sum arithmetic (PackedArithmetic::kBlockSums, matmul.h),
 // packed weights take MatVecPackedBlockSums (one token) and
 // PackedGroupBlockSums (more, through the same two loops): a block's eight
-// lanes added in integers, four tokens per pass.
+// lanes added in integers, up to eight tokens per pass.
 #include "kernels/matmul_avx512.h"
 
 #include <immintrin.h>
@@ -723,19 +723,26 @@ void PackedGroupTokens(const uint8_t* group, float* header_floats, int64_t nb,
 //   sum  = the exact integer sum of the block's 32 products
 //   acc  = fma(d_w * d_x, float(sum), acc)
 //   mins = fma(m_w, s_x, mins)                                (Q4_1 only)
-// and out = acc + mins. A block's eight ggml lanes add up in integers (in
-// two registers, even and odd lanes, so that each dependency chain is four
-// vpdpbusd long), then take one conversion and one multiply-add for 16
-// rows where ggml's order takes eight of each: with the accumulators down
-// from eight registers per token to one, each unpacked block serves four
-// tokens instead of two. Arguments as PackedGroupTokens'; the scales are
-// prepared with block starts (PreparePackedToken<F, true>).
+// and out = acc + mins. A block's eight ggml lanes add up in integers, then
+// take one conversion and one multiply-add for 16 rows where ggml's order
+// takes eight of each: with the accumulators down from eight registers per
+// token to one, each unpacked block serves up to eight tokens instead of
+// two. Up to four tokens, a token's lanes add up in two registers (even and
+// odd lanes, so that each dependency chain is four vpdpbusd long) and the
+// mins go along; past four, in one (the tokens' chains are independent
+// enough) and the mins in a loop of their own after the products (their
+// registers would spill). Integer sums are exact and the mins are their own
+// chain in block order either way, so the results do not depend on T.
+// Arguments as PackedGroupTokens'; the scales are prepared with block
+// starts (PreparePackedToken<F, true>).
 template <class F, int T, bool kStream = false>
 void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
                           int64_t nb,
                           const PackedTokenScales<F>* const scales[],
                           float* const out[], __mmask16 store_mask) {
   constexpr int kBlockBytes = PackedBlockBytes<F>();
+  constexpr int kChains = T > 4 ? 1 : 2;
+  constexpr bool kMinsAfter = T > 4;
   __m512 acc[T];
   __m512 mins[T];
   for (int t = 0; t < T; ++t) {
@@ -746,42 +753,49 @@ void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
     const uint8_t* block = group + b * kBlockBytes;
     float* hf = header_floats + b * HeaderFloats<F>();
     if constexpr (kStream) StreamBlock<F>(block, hf);
-    __m512i even[T], odd[T];
-#pragma GCC unroll 4
+    __m512i sums[kChains][T];
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       if constexpr (F::kLaneOffset != 0) {
-        even[t] = _mm512_set1_epi32(scales[t]->block_starts[b]);
+        sums[0][t] = _mm512_set1_epi32(scales[t]->block_starts[b]);
       } else {
-        even[t] = FreshZero();
+        sums[0][t] = FreshZero();
       }
-      odd[t] = FreshZero();
+      if constexpr (kChains == 2) sums[1][t] = FreshZero();
     }
     auto lane = [&](int i, __m512i w) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512i yi = _mm512_set1_epi32(static_cast<int>(LoadU32(
             scales[t]->row + b * F::kActBytes + F::kActQuantOffset + 4 * i)));
-        if (i % 2 == 0) {
-          even[t] = _mm512_dpbusd_epi32(even[t], w, yi);
-        } else {
-          odd[t] = _mm512_dpbusd_epi32(odd[t], w, yi);
-        }
+        sums[i % kChains][t] = _mm512_dpbusd_epi32(sums[i % kChains][t], w, yi);
       }
     };
     ForEachPackedLane<F>(block, lane);
     const __m512 dw = _mm512_loadu_ps(hf);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(scales[t]->d[b]));
-      acc[t] = _mm512_fmadd_ps(
-          d, _mm512_cvtepi32_ps(_mm512_add_epi32(even[t], odd[t])), acc[t]);
-      if constexpr (F::kHasMin) {
+      __m512i sum = sums[0][t];
+      if constexpr (kChains == 2) sum = _mm512_add_epi32(sum, sums[1][t]);
+      acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc[t]);
+      if constexpr (F::kHasMin && !kMinsAfter) {
         mins[t] = _mm512_fmadd_ps(_mm512_loadu_ps(hf + 16),
                                   _mm512_set1_ps(scales[t]->s[b]), mins[t]);
       }
     }
   }
-#pragma GCC unroll 4
+  if constexpr (F::kHasMin && kMinsAfter) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m512 mw =
+          _mm512_loadu_ps(header_floats + b * HeaderFloats<F>() + 16);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        mins[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(scales[t]->s[b]), mins[t]);
+      }
+    }
+  }
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     _mm512_mask_storeu_ps(out[t], store_mask,
                           F::kHasMin ? _mm512_add_ps(acc[t], mins[t]) : acc[t]);
@@ -792,7 +806,7 @@ void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
 // accumulators per token (two tokens fill half the registers), block sums
 // one.
 template <bool kBlockSums>
-inline constexpr int kPassTokens = kBlockSums ? 4 : 2;
+inline constexpr int kPassTokens = kBlockSums ? 8 : 2;
 
 // One pass of n (1..kPassTokens) tokens over a packed group, in the
 // arithmetic kBlockSums names.
@@ -802,17 +816,20 @@ void GroupPass(int n, const uint8_t* group, float* header_floats, int64_t nb,
                __mmask16 mask) {
   if constexpr (kBlockSums) {
     switch (n) {
-      case 1:
-        return PackedGroupBlockSums<F, 1, kStream>(group, header_floats, nb,
-                                                   scales, out, mask);
-      case 2:
-        return PackedGroupBlockSums<F, 2, kStream>(group, header_floats, nb,
-                                                   scales, out, mask);
-      case 3:
-        return PackedGroupBlockSums<F, 3, kStream>(group, header_floats, nb,
-                                                   scales, out, mask);
+#define PD_BLOCK_SUMS_CASE(T)                                            \
+  case T:                                                                \
+    return PackedGroupBlockSums<F, T, kStream>(group, header_floats, nb, \
+                                               scales, out, mask);
+      PD_BLOCK_SUMS_CASE(1)
+      PD_BLOCK_SUMS_CASE(2)
+      PD_BLOCK_SUMS_CASE(3)
+      PD_BLOCK_SUMS_CASE(4)
+      PD_BLOCK_SUMS_CASE(5)
+      PD_BLOCK_SUMS_CASE(6)
+      PD_BLOCK_SUMS_CASE(7)
+#undef PD_BLOCK_SUMS_CASE
       default:
-        return PackedGroupBlockSums<F, 4, kStream>(group, header_floats, nb,
+        return PackedGroupBlockSums<F, 8, kStream>(group, header_floats, nb,
                                                    scales, out, mask);
     }
   } else if (n == 2) {
@@ -880,7 +897,7 @@ inline constexpr int kMaxFewTokens = 16;
 
 // MatMulPacked for 2..kMaxFewTokens tokens: groups outer, tokens inner.
 // Each group (16 rows, nb packed blocks: a few KB) is streamed from memory
-// once by the first pass of tokens (kPassTokens: two in ggml's order, four
+// once by the first pass of tokens (kPassTokens: two in ggml's order, eight
 // in block sums; prefetching ahead, converting headers as they arrive, as
 // decode's MatVecPackedRows streams) and stays in L1 while the other passes
 // go over it; the tokens' scales are prepared once per product. The chunked
@@ -942,7 +959,8 @@ void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
   int64_t chunk_rows = kChunkBytes / group_bytes * kPackRows;
   if (chunk_rows < kPackRows) chunk_rows = kPackRows;
   const int64_t act_row_bytes = nb * F::kActBytes;
-  // At most about 150 KB on the stack: see Run.
+  // At most about 270 KB on the stack (eight Q8_0 tokens' scales and a
+  // chunk's headers): see Run.
   PackedTokenScales<F> scales[kPass];
   const PackedTokenScales<F>* token_scales[kPass];
   for (int t = 0; t < kPass; ++t) token_scales[t] = &scales[t];

@@ -1075,7 +1075,7 @@ TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
 // reference's bits for every (row, token), in either arithmetic (block sums
 // from one token up: decode has a kernel of its own there too), with token
 // counts that leave a partial pass (ggml's order takes two tokens per pass,
-// block sums four), partial groups, ranges starting at any group, and, for
+// block sums eight), partial groups, ranges starting at any group, and, for
 // the 300-row matrices of long rows, more than one L2 chunk.
 class PackedArithmeticTest : public testing::TestWithParam<PackedArithmetic> {};
 
