@@ -79,12 +79,13 @@ std::string AbslUnparseFlag(const MatmulArithmeticFlag& flag) {
 
 }  // namespace pdserve::worker
 
-ABSL_FLAG(pdserve::worker::MatmulArithmeticFlag, matmul_arithmetic, {},
-          "how quantized matrix products add up: ggml (default; llama.cpp's "
-          "arithmetic bit for bit) or block_sums (one rounding per 32-element "
-          "block: on CPUs with AVX-512 VNNI about 1.5x faster prompts and "
-          "1.3x faster batched decode, logits a few ulps from llama.cpp's). "
-          "Prefill and decode workers of one cluster should use the same");
+ABSL_FLAG(
+    pdserve::worker::MatmulArithmeticFlag, matmul_arithmetic, {},
+    "how quantized matrix products add up: ggml (default; llama.cpp's "
+    "arithmetic bit for bit) or block_sums (one rounding per 32-element "
+    "block: on CPUs with AVX-512 VNNI about 1.5x faster prompts and "
+    "1.4-1.8x faster batched decode, logits a few ulps from llama.cpp's). "
+    "Prefill and decode workers of one cluster should use the same");
 
 ABSL_FLAG(pdserve::worker::KvCacheDtypeFlag, kv_cache_dtype, {},
           "how the KV cache stores K and V: fp16 (default; llama.cpp's "
