@@ -8,10 +8,13 @@
 // Each case is a weight type, a shape (rows x columns) and a token count:
 //   tokens 1      decode's matrix-vector product (bandwidth-bound when the
 //                 matrix is not in cache: 49152 x 576 is the output head);
-//   tokens 4..128 prefill and batched decode (compute-bound: the matrix
-//                 stays in L2 while every group of 4 tokens passes).
+//   tokens 2..128 prefill and batched decode (compute-bound while the
+//                 matrix stays in cache and every pass of tokens goes over
+//                 it; the 42 MB cases stream it from memory in the first
+//                 pass, as a decode step of a model past the caches does).
 // "PackedMatMul" cases run the kernels on weights repacked at load (one
-// token: decode's; more: the two-token kernel of prefill and batched decode).
+// token: decode's; more: passes of two tokens per unpacked block in ggml's
+// order, up to eight in block sums).
 // Counters: weight bytes read per second (GB/s) and integer multiply-adds
 // per second (GMAC/s). "Scalar" cases run VecDotReference row by row, the
 // reference every SIMD kernel equals bit for bit.

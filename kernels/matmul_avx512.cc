@@ -615,9 +615,10 @@ inline __m512i FreshZero() {
 }
 
 // The block headers of a chunk of packed groups as floats, 16 rows' d and
-// then (Q4_1) 16 rows' m per group-block, converted once per chunk instead
-// of once per pair of tokens. kMaxChunkGroupBlocks covers kChunkBytes of the
-// smallest packed blocks (320 bytes).
+// then (Q4_1) 16 rows' m per group-block, converted once per chunk (by the
+// pass that streams it) instead of once per pass of tokens.
+// kMaxChunkGroupBlocks covers kChunkBytes of the smallest packed blocks
+// (320 bytes).
 inline constexpr int64_t kMaxChunkGroupBlocks = kChunkBytes / 320 + 1;
 // A chunk is one group when a group exceeds kChunkBytes.
 static_assert(kMaxChunkGroupBlocks >= kMaxAvx512Blocks);
@@ -627,17 +628,15 @@ constexpr int HeaderFloats() {
   return F::kHasMin ? 32 : 16;
 }
 
+// One group-block's headers into out (HeaderFloats<F>() floats).
 template <class F>
-void ConvertHeaders(const uint8_t* groups, int64_t group_blocks, float* out) {
-  constexpr int kBlockBytes = PackedBlockBytes<F>();
-  for (int64_t i = 0; i < group_blocks; ++i) {
-    const __m512i headers = _mm512_loadu_si512(groups + i * kBlockBytes);
-    float* o = out + i * HeaderFloats<F>();
-    _mm512_storeu_ps(o, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(headers)));
-    if constexpr (F::kHasMin) {
-      _mm512_storeu_ps(o + 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
-                                   _mm512_srli_epi32(headers, 16))));
-    }
+void ConvertHeaders(const uint8_t* block, float* out) {
+  const __m512i headers = _mm512_loadu_si512(block);
+  _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(headers)));
+  if constexpr (F::kHasMin) {
+    _mm512_storeu_ps(
+        out + 16,
+        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(headers, 16))));
   }
 }
 
@@ -648,7 +647,7 @@ template <class F>
 inline void StreamBlock(const uint8_t* block, float* hf) {
   PrefetchFourBlocksAhead<F>(block);
   PrefetchIntoL2<F>(block);
-  ConvertHeaders<F>(block, 1, hf);
+  ConvertHeaders<F>(block, hf);
 }
 
 // One packed group of 16 rows against T tokens: MatVecPackedRows'
@@ -656,7 +655,7 @@ inline void StreamBlock(const uint8_t* block, float* hf) {
 // weights unpacked once for all T tokens. T is 2 for prefill and batched
 // decode: 16 accumulators then fill half the registers, and a third token
 // would spill them. out[t]: the group's 16 outputs for token t;
-// header_floats: the group's ConvertHeaders output.
+// header_floats: the group's headers as ConvertHeaders writes them.
 //
 // kStream (the first pass over a group that is not yet in cache): the
 // headers are converted from the block as it arrives and written to
