@@ -71,6 +71,11 @@ void SetPairs(benchmark::State& state, int64_t n) {
                          benchmark::Counter::kIsRate);
 }
 
+// Second argument: 1 for vec_dot's order (decode), 0 for tinyBLAS's.
+F16DotOrder OrderArg(const benchmark::State& state) {
+  return state.range(1) != 0 ? F16DotOrder::kVecDot : F16DotOrder::kTinyBlas;
+}
+
 void BM_ScoresCache(benchmark::State& state) {
   const int64_t n = state.range(0);
   Context c = Make(n);
@@ -79,10 +84,26 @@ void BM_ScoresCache(benchmark::State& state) {
     for (int h = 0; h < kGroup; ++h) {
       kernels::Fp32ToFp16Row(c.queries.data() + h * kHeadDim, kHeadDim,
                              c.query16.data());
-      kernels::DotF16Many(F16DotOrder::kTinyBlas, kHeadDim, c.key_rows.data(),
+      kernels::DotF16Many(OrderArg(state), kHeadDim, c.key_rows.data(),
                           n, c.query16.data(), 0.125f, out.data());
       benchmark::DoNotOptimize(out.data());
     }
+  }
+  SetPairs(state, n);
+}
+
+// Decode's path: the three query heads of a KV head at once.
+void BM_ScoresCacheHeads(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Context c = Make(n);
+  std::vector<float> out(kGroup * n);
+  std::vector<uint16_t> q16(kGroup * kHeadDim);
+  for (auto _ : state) {
+    kernels::Fp32ToFp16Row(c.queries.data(), kGroup * kHeadDim, q16.data());
+    kernels::DotF16ManyHeads(OrderArg(state), kHeadDim, c.key_rows.data(), n,
+                             kGroup, q16.data(), kHeadDim, 0.125f, out.data(),
+                             n);
+    benchmark::DoNotOptimize(out.data());
   }
   SetPairs(state, n);
 }
@@ -106,11 +127,24 @@ void BM_ValuesCache(benchmark::State& state) {
   std::vector<float> out(kHeadDim);
   for (auto _ : state) {
     for (int h = 0; h < kGroup; ++h) {
-      kernels::WeightedRowSumF16(F16DotOrder::kTinyBlas, n,
+      kernels::WeightedRowSumF16(OrderArg(state), n,
                                  c.probs.data() + h * n, c.value_rows.data(),
                                  kHeadDim, out.data());
       benchmark::DoNotOptimize(out.data());
     }
+  }
+  SetPairs(state, n);
+}
+
+void BM_ValuesCacheHeads(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Context c = Make(n);
+  std::vector<float> out(kGroup * kHeadDim);
+  for (auto _ : state) {
+    kernels::WeightedRowSumF16Heads(OrderArg(state), n, kGroup, c.probs.data(),
+                                    n, c.value_rows.data(), kHeadDim,
+                                    out.data(), kHeadDim);
+    benchmark::DoNotOptimize(out.data());
   }
   SetPairs(state, n);
 }
@@ -128,9 +162,13 @@ void BM_ValuesWidened(benchmark::State& state) {
   SetPairs(state, n);
 }
 
-BENCHMARK(BM_ScoresCache)->Arg(128)->Arg(512)->Arg(2048);
+BENCHMARK(BM_ScoresCache)->ArgsProduct({{16, 32, 48, 128, 512, 2048}, {0, 1}});
+BENCHMARK(BM_ScoresCacheHeads)
+    ->ArgsProduct({{16, 32, 48, 128, 512, 2048}, {0, 1}});
 BENCHMARK(BM_ScoresWidened)->Arg(128)->Arg(512)->Arg(2048);
-BENCHMARK(BM_ValuesCache)->Arg(128)->Arg(512)->Arg(2048);
+BENCHMARK(BM_ValuesCache)->ArgsProduct({{16, 32, 48, 128, 512, 2048}, {0, 1}});
+BENCHMARK(BM_ValuesCacheHeads)
+    ->ArgsProduct({{16, 32, 48, 128, 512, 2048}, {0, 1}});
 BENCHMARK(BM_ValuesWidened)->Arg(128)->Arg(512)->Arg(2048);
 
 }  // namespace

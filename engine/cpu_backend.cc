@@ -445,7 +445,7 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
     // so that the f16 products below run unchanged.
     thread_local std::vector<uint16_t> widened;
     thread_local std::vector<float> qf;
-    q16.resize(d);
+    q16.resize(int64_t{group} * d);
     qf.resize(int64_t{group} * d);
     // Sized for the whole context on a thread's first call, so that later
     // steps (decode) never allocate.
@@ -570,12 +570,14 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
           vrows[j] = reinterpret_cast<const uint16_t*>(value) + kvh * d;
         }
       }
-      for (int g = 0; g < per_item; ++g) {
-        kernels::DotF16Many(order, d, krows.data(), n_ctx, query16(g), scale,
-                            scores.data() + int64_t{g} * n_pad);
-        kernels::WeightedRowSumF16(order, n_ctx, softmax(g), vrows.data(), d,
-                                   heads_out + int64_t{g} * d);
-      }
+      // All the item's query heads in one pass over the keys and one over
+      // the values.
+      kernels::Fp32ToFp16Row(heads_q, int64_t{per_item} * d, q16.data());
+      kernels::DotF16ManyHeads(order, d, krows.data(), n_ctx, per_item,
+                               q16.data(), d, scale, scores.data(), n_pad);
+      for (int g = 0; g < per_item; ++g) softmax(g);
+      kernels::WeightedRowSumF16Heads(order, n_ctx, per_item, probs.data(),
+                                      n_pad, vrows.data(), d, heads_out, d);
     }
   });
 }

@@ -127,38 +127,259 @@ PD_AVX512 float DotF16TinyBlasAvx512(int64_t n, const uint16_t* x,
   return ReduceAdd16Avx512(acc);
 }
 
-// DotF16Many for n a multiple of 16 (tinyBLAS) or 64 (vec_dot, so that no
-// element takes the double leftover path), n <= 256: the query is widened
-// once instead of once per key; the products and sums are the same.
-PD_AVX512 void DotF16ManyAvx512(bool vec_dot, int64_t n,
-                                const uint16_t* const* rows, int64_t count,
-                                const uint16_t* y, float scale, float* out) {
-  __m512 q[16];
-  const int chunks = static_cast<int>(n / kLanes);
-  for (int c = 0; c < chunks; ++c) q[c] = LoadHalves16(y + c * kLanes);
-  for (int64_t j = 0; j < count; ++j) {
-    const uint16_t* x = rows[j];
-    float dot;
-    if (vec_dot) {
-      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
-                       _mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (int c = 0; c < chunks; ++c) {
-        acc[c % 4] =
-            _mm512_fmadd_ps(LoadHalves16(x + c * kLanes), q[c], acc[c % 4]);
+// ---------------------------------------------------------------------------
+// Decode attention against the cache's fp16 rows, gathered by pointer: the
+// NQ query heads of one KV head at once, so that each key and value row is
+// read and widened once for all of them, and with the fixed costs per
+// (token, head) -- one horizontal sum per key, 64 slot sums per value
+// element -- cut down, since at decode's short contexts they were most of
+// the time. Same operations on the same floats as DotF16Ggml /
+// DotF16TinyBlas and WeightedRowSumF16Portable, so the same bits.
+
+// ReduceAdd16's tree for many keys at once, each key's 16 lanes in one
+// register: the lanes a level adds are shuffled into matching positions of
+// two registers, so one addition does that level for several keys. Float
+// addition commutes, so every key's sum is made of the same additions of
+// the same floats as ReduceAdd16's.
+//  - ReduceStep1(x, y): lanes 0-7 hold x's first level (x[i] + x[i + 8]),
+//    lanes 8-15 y's;
+//  - ReduceStep2 of two such: each 128-bit quarter holds one key's second
+//    level (four sums), keys in the order x's two, then y's two;
+//  - ReduceStep3 of two such: quarter q holds the third level (two sums)
+//    of x's key q, then of y's key q;
+//  - ReduceStep4 of two such: quarter q holds the final sums of x's two
+//    keys in quarter q, then y's two.
+// Sixteen keys 0-15 reduced as a balanced tree of these (ReducedKeys) end
+// with key 4r + q's sum in lane 4q + r: kKeyOrder puts them back in order.
+PD_AVX512 inline __m512 ReduceStep1(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44),   // x.lo, y.lo
+                       _mm512_shuffle_f32x4(x, y, 0xEE));  // x.hi, y.hi
+}
+PD_AVX512 inline __m512 ReduceStep2(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88),   // quarters 0, 2
+                       _mm512_shuffle_f32x4(x, y, 0xDD));  // quarters 1, 3
+}
+PD_AVX512 inline __m512 ReduceStep3(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44),   // x0 x1 y0 y1
+                       _mm512_shuffle_ps(x, y, 0xEE));  // x2 x3 y2 y3
+}
+PD_AVX512 inline __m512 ReduceStep4(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88),   // x0 x2 y0 y2
+                       _mm512_shuffle_ps(x, y, 0xDD));  // x1 x3 y1 y3
+}
+
+// The rows read past the last key of a block of 16 (their scores dropped).
+alignas(64) constexpr uint16_t kZeroHalves[16 * kLanes] = {};
+
+// ggml's 16 lanes of key k's dot product with each of NQ queries (widened,
+// q + h * d), before the horizontal sum: vec_dot's four accumulators over
+// chunks of 64 (d a multiple of 64) added (0 + 2) + (1 + 3), or tinyBLAS's
+// one.
+template <int NQ, bool kVecDot>
+[[gnu::always_inline]] PD_AVX512 inline void KeyLanes(const uint16_t* k,
+                                                       int d, const float* q,
+                                                       __m512 (&s)[NQ]) {
+  constexpr int kAcc = kVecDot ? 4 : 1;
+  __m512 acc[NQ][kAcc];
+#pragma GCC unroll 4
+  for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 4
+    for (int a = 0; a < kAcc; ++a) acc[h][a] = _mm512_setzero_ps();
+  }
+  for (int e0 = 0; e0 < d; e0 += kAcc * kLanes) {
+#pragma GCC unroll 4
+    for (int a = 0; a < kAcc; ++a) {
+      const int e = e0 + a * kLanes;
+      const __m512 kv = LoadHalves16(k + e);
+#pragma GCC unroll 4
+      for (int h = 0; h < NQ; ++h) {
+        acc[h][a] = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q + h * d + e),
+                                    acc[h][a]);
       }
-      const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]),
-                                     _mm512_add_ps(acc[1], acc[3]));
-      // DotF16Ggml's double sum of one float (no leftovers here) is that
-      // float.
-      dot = ReduceAdd16Avx512(s);
-    } else {
-      __m512 acc = _mm512_setzero_ps();
-      for (int c = 0; c < chunks; ++c) {
-        acc = _mm512_fmadd_ps(LoadHalves16(x + c * kLanes), q[c], acc);
-      }
-      dot = ReduceAdd16Avx512(acc);
     }
-    out[j] = dot * scale;
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < NQ; ++h) {
+    s[h] = kVecDot ? _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][2 % kAcc]),
+                                   _mm512_add_ps(acc[h][1 % kAcc],
+                                                 acc[h][3 % kAcc]))
+                   : acc[h][0];
+  }
+}
+
+// Keys [j, j + kKeys) of a block of 16 (kKeys a power of two), reduced as
+// far as ReduceStep<log2 kKeys> for each query.
+template <int kKeys, int NQ, bool kVecDot>
+[[gnu::always_inline]] PD_AVX512 inline void ReducedKeys(
+    const uint16_t* const* rows, int64_t count, int64_t j, int d,
+    const float* q, __m512 (&out)[NQ]) {
+  if constexpr (kKeys == 1) {
+    KeyLanes<NQ, kVecDot>(j < count ? rows[j] : kZeroHalves, d, q, out);
+  } else {
+    constexpr int kHalf = kKeys / 2;
+    __m512 a[NQ], b[NQ];
+    ReducedKeys<kHalf, NQ, kVecDot>(rows, count, j, d, q, a);
+    ReducedKeys<kHalf, NQ, kVecDot>(rows, count, j + kHalf, d, q, b);
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; ++h) {
+      if constexpr (kKeys == 2) out[h] = ReduceStep1(a[h], b[h]);
+      if constexpr (kKeys == 4) out[h] = ReduceStep2(a[h], b[h]);
+      if constexpr (kKeys == 8) out[h] = ReduceStep3(a[h], b[h]);
+      if constexpr (kKeys == 16) out[h] = ReduceStep4(a[h], b[h]);
+    }
+  }
+}
+
+// DotF16ManyHeads for NQ queries (fp16, q + h * q_stride), d a multiple of
+// 16 (vec_dot: of 64, so that no element takes the double leftover path)
+// and at most 256.
+template <int NQ, bool kVecDot>
+PD_AVX512 void GatheredScores(int d, const uint16_t* const* rows,
+                              int64_t count, const uint16_t* q,
+                              int64_t q_stride, float scale, float* out,
+                              int64_t out_stride) {
+  alignas(64) float qf[NQ * 16 * kLanes];
+#pragma GCC unroll 4
+  for (int h = 0; h < NQ; ++h) {
+    for (int e = 0; e < d; e += kLanes) {
+      _mm512_storeu_ps(qf + h * d + e, LoadHalves16(q + h * q_stride + e));
+    }
+  }
+  const __m512 scale16 = _mm512_set1_ps(scale);
+  const __m512i key_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
+                                              10, 14, 3, 7, 11, 15);
+  for (int64_t j0 = 0; j0 < count; j0 += kLanes) {
+    __m512 sums[NQ];
+    ReducedKeys<kLanes, NQ, kVecDot>(rows, count, j0, d, qf, sums);
+    const __mmask16 mask = FirstLanes(count - j0);
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; ++h) {
+      _mm512_mask_storeu_ps(
+          out + h * out_stride + j0, mask,
+          _mm512_mul_ps(_mm512_permutexvar_ps(key_order, sums[h]), scale16));
+    }
+  }
+}
+
+// The probability-weighted sum of value rows (WeightedRowSumF16) for NQ
+// probability rows, 16 output elements (chunk c) at a time, as a tree over
+// the lane slots instead of a table of them. Slot s (of 64 for vec_dot,
+// 16 for tinyBLAS) sums positions s, s + 64 (or 16), ... in order, and the
+// slots are added (vec_dot) (s + 0 + s + 32) + (s + 16 + s + 48) for each
+// s < 16, then over s < 16 by ReduceAdd16's tree: the leaves below are
+// visited in the order that makes that tree a balanced binary one (the
+// first level pairs leaves 2i and 2i + 1, ...). A slot without positions
+// (s >= n) adds nothing: it would add a zero, and no sum here is -0 (each
+// starts from +0, and fp16 products are zero or far from underflow), so
+// skipping it gives the same bits and saves most additions at short
+// contexts. Emptiness only grows with a leaf's number, so a subtree whose
+// first half is empty is empty.
+template <bool kVecDot, int kLeaf>
+constexpr int SlotOfLeaf() {
+  // Leaf bits, lowest first: vec_dot's slot group (2 then 1: groups 0, 2,
+  // 1, 3), then the lane's bits 8, 4, 2, 1 (lanes 0, 8, 4, 12, 2, ...).
+  constexpr int kGroupBits = kVecDot ? 2 : 0;
+  constexpr int group = kVecDot ? (kLeaf & 1) * 2 + ((kLeaf >> 1) & 1) : 0;
+  constexpr int lane_bits = kLeaf >> kGroupBits;
+  constexpr int lane = ((lane_bits & 1) << 3) | ((lane_bits & 2) << 1) |
+                       ((lane_bits & 4) >> 1) | ((lane_bits & 8) >> 3);
+  return group * kLanes + lane;
+}
+
+// Output chunks [c0, c0 + CN) of each of NQ rows, sums[h][c].
+template <int kLeaves, int kLeaf0, int NQ, int CN, bool kVecDot, class Rows>
+[[gnu::always_inline]] PD_AVX512 inline bool SlotTree(int64_t n,
+                                                      const float* p,
+                                                      int64_t p_stride,
+                                                      const Rows& rows, int c0,
+                                                      __m512 (&out)[NQ][CN]) {
+  if constexpr (kLeaves == 1) {
+    constexpr int kSlots = kVecDot ? 4 * kLanes : kLanes;
+    constexpr int slot = SlotOfLeaf<kVecDot, kLeaf0>();
+    if (slot >= n) return false;
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 4
+      for (int c = 0; c < CN; ++c) out[h][c] = _mm512_setzero_ps();
+    }
+    for (int64_t j = slot; j < n; j += kSlots) {
+#pragma GCC unroll 4
+      for (int c = 0; c < CN; ++c) {
+        const __m512 v = rows.Load16(j, c0 + c);
+#pragma GCC unroll 4
+        for (int h = 0; h < NQ; ++h) {
+          out[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[h * p_stride + j]), v,
+                                      out[h][c]);
+        }
+      }
+    }
+    return true;
+  } else {
+    constexpr int kHalf = kLeaves / 2;
+    if (!SlotTree<kHalf, kLeaf0, NQ, CN, kVecDot>(n, p, p_stride, rows, c0,
+                                                  out)) {
+      return false;
+    }
+    __m512 b[NQ][CN];
+    if (SlotTree<kHalf, kLeaf0 + kHalf, NQ, CN, kVecDot>(n, p, p_stride, rows,
+                                                         c0, b)) {
+#pragma GCC unroll 4
+      for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 4
+        for (int c = 0; c < CN; ++c) {
+          out[h][c] = _mm512_add_ps(out[h][c], b[h][c]);
+        }
+      }
+    }
+    return true;
+  }
+}
+
+// Chunks [c0, c0 + CN) of the output, stored.
+template <int NQ, int CN, bool kVecDot, class Rows>
+[[gnu::always_inline]] PD_AVX512 inline void WeightedSumChunks(
+    int64_t n, const float* p, int64_t p_stride, const Rows& rows, int c0,
+    float* out, int64_t out_stride) {
+  constexpr int kLeaves = kVecDot ? 4 * kLanes : kLanes;
+  __m512 sums[NQ][CN];
+  if (!SlotTree<kLeaves, 0, NQ, CN, kVecDot>(n, p, p_stride, rows, c0, sums)) {
+#pragma GCC unroll 4
+    for (auto& row : sums) {
+#pragma GCC unroll 4
+      for (__m512& v : row) v = _mm512_setzero_ps();
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 4
+    for (int c = 0; c < CN; ++c) {
+      _mm512_storeu_ps(out + h * out_stride + (c0 + c) * kLanes, sums[h][c]);
+    }
+  }
+}
+
+// At short contexts (a position or so per slot) the additions of the slot
+// sums are most of the work: one chunk at a time keeps the tree's pending
+// sums in registers. At longer ones, the positions are: two or four chunks
+// at a time give the multiply-adds enough independent sums (NQ * CN) to
+// keep busy, and read a value row's cache lines together.
+template <int NQ, bool kVecDot, class Rows>
+PD_AVX512 void WeightedSumTree(int64_t n, const float* p, int64_t p_stride,
+                               const Rows& rows, int d, float* out,
+                               int64_t out_stride) {
+  constexpr int kSlots = kVecDot ? 4 * kLanes : kLanes;
+  constexpr int kWide = NQ <= 2 ? 4 : 2;
+  const int chunks = d / kLanes;
+  int c0 = 0;
+  if (n >= 2 * kSlots) {
+    for (; c0 + kWide <= chunks; c0 += kWide) {
+      WeightedSumChunks<NQ, kWide, kVecDot>(n, p, p_stride, rows, c0, out,
+                                            out_stride);
+    }
+  }
+  for (; c0 < chunks; ++c0) {
+    WeightedSumChunks<NQ, 1, kVecDot>(n, p, p_stride, rows, c0, out,
+                                      out_stride);
   }
 }
 
@@ -447,78 +668,78 @@ __attribute__((target("avx512f,avx512dq,f16c,fma"))) void FinishAvx512(
   }
 }
 
-// AccumulateScalar and the sums of its slots with AVX-512 over i (d % 16 ==
-// 0, d <= 256), for output elements [16 * c0, 16 * (c0 + CN)): every element
-// gets one rounding per fused multiply-add in the same order (the positions
-// of a slot, ascending), then FinishAvx512's additions, so the result is the
-// scalar one bit for bit. Slot by slot, so that a slot's sums stay in
-// registers while its positions (every 16 * slots-th one) go by, and
-// reduced from registers: a scratch of every slot's sums (16 KB for vec_dot
-// and d = 64, zeroed, written and read back per call) cost a decode step
-// more than its products at contexts of tens of tokens. A slot without
-// positions adds its zero as FinishAvx512 does.
-template <int CN, class Rows>
-PD_AVX512 void WeightedSumChunksAvx512(int slots, int64_t n, const float* p,
-                                       const Rows& rows, int c0, float* out) {
-  const int stride = kLanes * slots;
-  __m512 v[kLanes][CN];
-  for (int l = 0; l < kLanes; ++l) {
-    // a[k]: slot k * 16 + l's sums, k < slots.
-    __m512 a[4][CN];
-    for (int k = 0; k < 4; ++k) {
-      for (int c = 0; c < CN; ++c) a[k][c] = _mm512_setzero_ps();
-    }
-    for (int k = 0; k < slots; ++k) {
-      for (int64_t j = k * kLanes + l; j < n; j += stride) {
-        const __m512 pj = _mm512_set1_ps(p[j]);
-        for (int c = 0; c < CN; ++c) {
-          a[k][c] = _mm512_fmadd_ps(pj, rows.Load16(j, c0 + c), a[k][c]);
-        }
-      }
-    }
-    for (int c = 0; c < CN; ++c) {
-      v[l][c] = slots == 4 ? _mm512_add_ps(_mm512_add_ps(a[0][c], a[2][c]),
-                                           _mm512_add_ps(a[1][c], a[3][c]))
-                           : a[0][c];
-    }
-  }
-  for (int c = 0; c < CN; ++c) {
-    // FinishAvx512's ReduceAdd16 over l.
-    __m512 w[kLanes];
-    for (int l = 0; l < kLanes; ++l) w[l] = v[l][c];
-    for (int l = 0; l < 8; ++l) w[l] = _mm512_add_ps(w[l + 8], w[l]);
-    for (int l = 0; l < 4; ++l) w[l] = _mm512_add_ps(w[l + 4], w[l]);
-    const __m512 s0 = _mm512_add_ps(w[0], w[2]);
-    const __m512 s1 = _mm512_add_ps(w[1], w[3]);
-    _mm512_storeu_ps(out + (c0 + c) * kLanes, _mm512_add_ps(s0, s1));
-  }
-}
-
-// WeightedRowSum's AVX-512 form: four 16-element chunks of the output at a
-// time (a head of 64 in one pass over the rows).
-template <class Rows>
-void WeightedSumAvx512(int slots, int64_t n, const float* p, const Rows& rows,
-                       int d, float* out) {
-  const int chunks = d / kLanes;
-  for (int c0 = 0; c0 < chunks; c0 += 4) {
-    switch (std::min(chunks - c0, 4)) {
+// The kernels above for any number of heads, four at a time.
+template <bool kVecDot>
+void GatheredScoresHeads(int d, const uint16_t* const* rows, int64_t count,
+                         int nq, const uint16_t* q, int64_t q_stride,
+                         float scale, float* out, int64_t out_stride) {
+  for (int h = 0; h < nq; h += 4) {
+    const uint16_t* qh = q + h * q_stride;
+    float* oh = out + h * out_stride;
+    switch (std::min(nq - h, 4)) {
       case 1:
-        WeightedSumChunksAvx512<1>(slots, n, p, rows, c0, out);
+        GatheredScores<1, kVecDot>(d, rows, count, qh, q_stride, scale, oh,
+                                   out_stride);
         break;
       case 2:
-        WeightedSumChunksAvx512<2>(slots, n, p, rows, c0, out);
+        GatheredScores<2, kVecDot>(d, rows, count, qh, q_stride, scale, oh,
+                                   out_stride);
         break;
       case 3:
-        WeightedSumChunksAvx512<3>(slots, n, p, rows, c0, out);
+        GatheredScores<3, kVecDot>(d, rows, count, qh, q_stride, scale, oh,
+                                   out_stride);
         break;
       default:
-        WeightedSumChunksAvx512<4>(slots, n, p, rows, c0, out);
+        GatheredScores<4, kVecDot>(d, rows, count, qh, q_stride, scale, oh,
+                                   out_stride);
         break;
     }
   }
 }
 
-// AccumulateScalar with AVX-512 (as WeightedSumChunksAvx512) for NQ
+template <class Rows>
+void WeightedSumTreeHeads(F16DotOrder order, int64_t n, int nq,
+                          const float* p, int64_t p_stride, const Rows& rows,
+                          int d, float* out, int64_t out_stride) {
+  for (int h = 0; h < nq; h += 4) {
+    const float* ph = p + h * p_stride;
+    float* oh = out + h * out_stride;
+    const int take = std::min(nq - h, 4);
+    if (order == F16DotOrder::kVecDot) {
+      switch (take) {
+        case 1:
+          WeightedSumTree<1, true>(n, ph, p_stride, rows, d, oh, out_stride);
+          break;
+        case 2:
+          WeightedSumTree<2, true>(n, ph, p_stride, rows, d, oh, out_stride);
+          break;
+        case 3:
+          WeightedSumTree<3, true>(n, ph, p_stride, rows, d, oh, out_stride);
+          break;
+        default:
+          WeightedSumTree<4, true>(n, ph, p_stride, rows, d, oh, out_stride);
+          break;
+      }
+    } else {
+      switch (take) {
+        case 1:
+          WeightedSumTree<1, false>(n, ph, p_stride, rows, d, oh, out_stride);
+          break;
+        case 2:
+          WeightedSumTree<2, false>(n, ph, p_stride, rows, d, oh, out_stride);
+          break;
+        case 3:
+          WeightedSumTree<3, false>(n, ph, p_stride, rows, d, oh, out_stride);
+          break;
+        default:
+          WeightedSumTree<4, false>(n, ph, p_stride, rows, d, oh, out_stride);
+          break;
+      }
+    }
+  }
+}
+
+// AccumulateScalar with AVX-512 for NQ
 // probability rows (p + h * p_stride) over the same value rows at once, into
 // acc + h * acc_stride, for d = C * 16 (a constant, so that the sums stay in
 // registers; NQ * C <= 24): each value vector is loaded once for NQ
@@ -697,7 +918,7 @@ PD_AVX2 void TransposedScoresAvx2(bool vec_dot, const float* key_blocks,
 }
 
 // AccumulateScalar over i, 8 elements at a time (d % 8 == 0, d <= 256),
-// slot by slot as WeightedSumChunksAvx512.
+// slot by slot (the slot sums stay in registers while its positions go by).
 template <class Rows>
 PD_AVX2 void AccumulateAvx2(int slots, int64_t n, const float* p,
                             const Rows& rows, int d, float* acc) {
@@ -732,7 +953,7 @@ void WeightedRowSum(F16DotOrder order, int64_t n, const float* p,
                     const Rows& rows, int d, float* out, Simd simd) {
   const int slots = order == F16DotOrder::kVecDot ? 4 : 1;
   if (simd == Simd::kAvx512) {
-    WeightedSumAvx512(slots, n, p, rows, d, out);
+    WeightedSumTreeHeads(order, n, 1, p, 0, rows, d, out, 0);
     return;
   }
   std::vector<float>& acc = Scratch();
@@ -848,13 +1069,29 @@ float DotF16(F16DotOrder order, int64_t n, const uint16_t* x,
 
 void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
                 int64_t count, const uint16_t* y, float scale, float* out) {
+  DotF16ManyHeads(order, static_cast<int>(n), rows, count, 1, y, 0, scale,
+                  out, 0);
+}
+
+void DotF16ManyHeads(F16DotOrder order, int d, const uint16_t* const* rows,
+                     int64_t count, int nq, const uint16_t* q,
+                     int64_t q_stride, float scale, float* out,
+                     int64_t out_stride) {
   const bool vec_dot = order == F16DotOrder::kVecDot;
-  if (HaveAvx512() && n % (vec_dot ? 64 : kLanes) == 0 && n <= 256) {
-    DotF16ManyAvx512(vec_dot, n, rows, count, y, scale, out);
+  if (HaveAvx512() && d % (vec_dot ? 64 : kLanes) == 0 && d <= 256) {
+    if (vec_dot) {
+      GatheredScoresHeads<true>(d, rows, count, nq, q, q_stride, scale, out,
+                                out_stride);
+    } else {
+      GatheredScoresHeads<false>(d, rows, count, nq, q, q_stride, scale, out,
+                                 out_stride);
+    }
     return;
   }
-  for (int64_t j = 0; j < count; ++j) {
-    out[j] = DotF16(order, n, rows[j], y) * scale;
+  for (int h = 0; h < nq; ++h) {
+    for (int64_t j = 0; j < count; ++j) {
+      out[h * out_stride + j] = DotF16(order, d, rows[j], q + h * q_stride) * scale;
+    }
   }
 }
 
@@ -876,6 +1113,21 @@ Kernel KernelForHeadSize(const Kernel (&table)[N], int d) {
 void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
                        const uint16_t* const* rows, int d, float* out) {
   WeightedRowSum(order, n, p, HalfRows{rows}, d, out, WeightedSumSimd(d));
+}
+
+void WeightedRowSumF16Heads(F16DotOrder order, int64_t n, int nq,
+                            const float* p, int64_t p_stride,
+                            const uint16_t* const* rows, int d, float* out,
+                            int64_t out_stride) {
+  if (WeightedSumSimd(d) == Simd::kAvx512) {
+    WeightedSumTreeHeads(order, n, nq, p, p_stride, HalfRows{rows}, d, out,
+                         out_stride);
+    return;
+  }
+  for (int h = 0; h < nq; ++h) {
+    WeightedRowSumF16(order, n, p + h * p_stride, rows, d,
+                      out + h * out_stride);
+  }
 }
 
 void WeightedRowSumF16Portable(F16DotOrder order, int64_t n, const float* p,

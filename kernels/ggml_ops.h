@@ -61,6 +61,20 @@ void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
 void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
                        const uint16_t* const* rows, int d, float* out);
 
+// The two above for the nq query heads of one KV head at once (decode
+// attention): queries q + h * q_stride (fp16, d elements) into scores
+// out + h * out_stride, and probability rows p + h * p_stride into
+// out + h * out_stride; each cached row is read once for all the heads.
+// Every float is the one the single-head call gives, bit for bit.
+void DotF16ManyHeads(F16DotOrder order, int d, const uint16_t* const* rows,
+                     int64_t count, int nq, const uint16_t* q,
+                     int64_t q_stride, float scale, float* out,
+                     int64_t out_stride);
+void WeightedRowSumF16Heads(F16DotOrder order, int64_t n, int nq,
+                            const float* p, int64_t p_stride,
+                            const uint16_t* const* rows, int d, float* out,
+                            int64_t out_stride);
+
 // Attention over a context shared by many queries (a prompt's tokens and
 // the query heads of a KV head), on K and V widened to fp32 once per layer
 // instead of once per query: the same floats as DotF16Many and

@@ -222,6 +222,47 @@ TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
           ASSERT_EQ(bits(w1[i]), bits(w2[i])) << "d=" << d << " i=" << i;
         }
 
+        // The query heads of a KV head at once (decode): five, so that both
+        // a group of four and a single head run, each head its own
+        // queries, probabilities and strides.
+        {
+          const int nq = 5;
+          const int64_t p_stride = n + 3, out_stride = n + 2;
+          std::vector<uint16_t> qs;
+          std::vector<float> ps(nq * p_stride);
+          for (int h = 0; h < nq; ++h) {
+            const std::vector<uint16_t> qh = LcgHalves(&state, d + 1);
+            qs.insert(qs.end(), qh.begin(), qh.end());
+            for (int j = 0; j < n; ++j) {
+              ps[h * p_stride + j] = Fp16ToFp32(keys[j][(h + 1) % d]);
+            }
+          }
+          std::vector<float> scores(nq * out_stride, -5.0f);
+          std::vector<float> sums(nq * (d + 1), -5.0f);
+          DotF16ManyHeads(order, d, ptrs.data(), n, nq, qs.data(), d + 1,
+                          0.125f, scores.data(), out_stride);
+          WeightedRowSumF16Heads(order, n, nq, ps.data(), p_stride,
+                                 ptrs.data(), d, sums.data(), d + 1);
+          std::vector<float> want(d);
+          for (int h = 0; h < nq; ++h) {
+            for (int j = 0; j < n; ++j) {
+              ASSERT_EQ(bits(scores[h * out_stride + j]),
+                        bits(DotF16(order, d, keys[j].data(),
+                                    qs.data() + h * (d + 1)) *
+                             0.125f))
+                  << "d=" << d << " head " << h << " key " << j;
+            }
+            EXPECT_EQ(scores[h * out_stride + n], -5.0f) << "past the keys";
+            WeightedRowSumF16Portable(order, n, ps.data() + h * p_stride,
+                                      ptrs.data(), d, want.data());
+            for (int i = 0; i < d; ++i) {
+              ASSERT_EQ(bits(sums[h * (d + 1) + i]), bits(want[i]))
+                  << "d=" << d << " head " << h << " i=" << i;
+            }
+            EXPECT_EQ(sums[h * (d + 1) + d], -5.0f) << "past the head";
+          }
+        }
+
         // The same on K and V widened to fp32 once (prompts), for three
         // queries at once (a KV head's query heads): keys in blocks of 16
         // (the last padded with junk), values slot-major with spare rows.
