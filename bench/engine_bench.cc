@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
@@ -162,8 +163,21 @@ std::vector<int32_t> Tokens(int n, int salt, int vocab) {
   return t;
 }
 
+// The first index of the largest of v[0, n) (NaN-free), as
+// std::max_element gives it, in two passes: max_element's loop carries its
+// dependency through a load of the best element, about 6 cycles per logit
+// on Zen 4, and at batch 8 on the default model that was 7 % of the step
+// this benchmark times; here 16 independent maxima, then a search.
 int32_t Argmax(const float* v, int n) {
-  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+  float lanes[16];
+  std::fill(std::begin(lanes), std::end(lanes), v[0]);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int k = 0; k < 16; ++k) lanes[k] = std::max(lanes[k], v[i + k]);
+  }
+  float best = *std::max_element(std::begin(lanes), std::end(lanes));
+  for (; i < n; ++i) best = std::max(best, v[i]);
+  return static_cast<int32_t>(std::find(v, v + n, best) - v);
 }
 
 struct Results {
