@@ -150,7 +150,8 @@ PD_AVX512 float DotF16TinyBlasAvx512(int64_t n, const uint16_t* x,
 //  - ReduceStep4 of two such: quarter q holds the final sums of x's two
 //    keys in quarter q, then y's two.
 // Sixteen keys 0-15 reduced as a balanced tree of these (ReducedKeys) end
-// with key 4r + q's sum in lane 4q + r: kKeyOrder puts them back in order.
+// with key 4r + q's sum in lane 4q + r: GatheredScores' key_order puts them
+// back in order.
 PD_AVX512 inline __m512 ReduceStep1(__m512 x, __m512 y) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44),   // x.lo, y.lo
                        _mm512_shuffle_f32x4(x, y, 0xEE));  // x.hi, y.hi
@@ -264,11 +265,12 @@ PD_AVX512 void GatheredScores(int d, const uint16_t* const* rows,
 // The probability-weighted sum of value rows (WeightedRowSumF16) for NQ
 // probability rows, 16 output elements (chunk c) at a time, as a tree over
 // the lane slots instead of a table of them. Slot s (of 64 for vec_dot,
-// 16 for tinyBLAS) sums positions s, s + 64 (or 16), ... in order, and the
-// slots are added (vec_dot) (s + 0 + s + 32) + (s + 16 + s + 48) for each
-// s < 16, then over s < 16 by ReduceAdd16's tree: the leaves below are
-// visited in the order that makes that tree a balanced binary one (the
-// first level pairs leaves 2i and 2i + 1, ...). A slot without positions
+// 16 for tinyBLAS) sums positions s, s + 64 (or 16), ... in order; vec_dot
+// then adds, for each lane l < 16, (slot l + slot l + 32) + (slot l + 16 +
+// slot l + 48); and the 16 lanes' sums are added by ReduceAdd16's tree.
+// The leaves below are visited in the order that makes that whole tree a
+// balanced binary one (the first level pairs leaves 2i and 2i + 1, the
+// next pairs of those, ...). A slot without positions
 // (s >= n) adds nothing: it would add a zero, and no sum here is -0 (each
 // starts from +0, and fp16 products are zero or far from underflow), so
 // skipping it gives the same bits and saves most additions at short
@@ -358,20 +360,23 @@ template <int NQ, int CN, bool kVecDot, class Rows>
   }
 }
 
-// At short contexts (a position or so per slot) the additions of the slot
-// sums are most of the work: one chunk at a time keeps the tree's pending
-// sums in registers. At longer ones, the positions are: two or four chunks
-// at a time give the multiply-adds enough independent sums (NQ * CN) to
-// keep busy, and read a value row's cache lines together.
+// One chunk at a time keeps the tree's pending sums in registers, and at
+// short contexts (a position or a few per slot) the additions of the slot
+// sums are most of the work. Long contexts go two or four chunks at a
+// time instead: a value row's cache lines are then read together rather
+// than once per chunk. Where that starts to pay, measured
+// (attention_kernel_bench, three heads, d = 64, one chunk vs several):
+// vec_dot 128 positions 0.54 vs 0.54 us, 512 3.4 vs 2.6, 2048 36 vs 16;
+// tinyBLAS 128 0.47 vs 0.63, 512 2.3 vs 2.4, 2048 20 vs 10.
 template <int NQ, bool kVecDot, class Rows>
 PD_AVX512 void WeightedSumTree(int64_t n, const float* p, int64_t p_stride,
                                const Rows& rows, int d, float* out,
                                int64_t out_stride) {
-  constexpr int kSlots = kVecDot ? 4 * kLanes : kLanes;
+  constexpr int64_t kWideFrom = kVecDot ? 256 : 1024;
   constexpr int kWide = NQ <= 2 ? 4 : 2;
   const int chunks = d / kLanes;
   int c0 = 0;
-  if (n >= 2 * kSlots) {
+  if (n >= kWideFrom) {
     for (; c0 + kWide <= chunks; c0 += kWide) {
       WeightedSumChunks<NQ, kWide, kVecDot>(n, p, p_stride, rows, c0, out,
                                             out_stride);

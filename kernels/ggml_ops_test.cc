@@ -185,7 +185,13 @@ TEST(SwiGluGgmlTest, MatchesValuesCapturedFromGgml) {
 TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
   uint32_t state = 12345;
   auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
-  for (int n = 1; n <= 200; n += (n < 70 ? 1 : 13)) {
+  std::vector<int> lengths;
+  for (int n = 1; n <= 200; n += (n < 70 ? 1 : 13)) lengths.push_back(n);
+  // Long enough for the weighted sums' several chunks per pass (vec_dot
+  // from 256 positions, tinyBLAS from 1024).
+  lengths.push_back(261);
+  lengths.push_back(1031);
+  for (const int n : lengths) {
     SCOPED_TRACE(n);
     const std::vector<uint16_t> x = LcgHalves(&state, n);
     const std::vector<uint16_t> y = LcgHalves(&state, n);
