@@ -285,7 +285,7 @@ void ArithmeticShapes(benchmark::internal::Benchmark* b) {
   // Decode of those shapes, streaming 42 MB (past the last-level cache),
   // and batched decode's first pass over it (groups streamed from memory,
   // each passed over by every token while it sits in L1).
-  for (int tokens : {1, 4, 8, 16}) b->Args({32768, 2048, tokens});
+  for (int tokens : {1, 2, 4, 8, 16}) b->Args({32768, 2048, tokens});
   b->Args({8192, 8192, 1});
 }
 BENCHMARK_CAPTURE(BM_PackedMatMul, q4_1_block_sums, GgmlType::kQ4_1,
