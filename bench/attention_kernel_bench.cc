@@ -84,8 +84,8 @@ void BM_ScoresCache(benchmark::State& state) {
     for (int h = 0; h < kGroup; ++h) {
       kernels::Fp32ToFp16Row(c.queries.data() + h * kHeadDim, kHeadDim,
                              c.query16.data());
-      kernels::DotF16Many(OrderArg(state), kHeadDim, c.key_rows.data(),
-                          n, c.query16.data(), 0.125f, out.data());
+      kernels::DotF16Many(OrderArg(state), kHeadDim, c.key_rows.data(), n,
+                          c.query16.data(), 0.125f, out.data());
       benchmark::DoNotOptimize(out.data());
     }
   }
@@ -127,9 +127,8 @@ void BM_ValuesCache(benchmark::State& state) {
   std::vector<float> out(kHeadDim);
   for (auto _ : state) {
     for (int h = 0; h < kGroup; ++h) {
-      kernels::WeightedRowSumF16(OrderArg(state), n,
-                                 c.probs.data() + h * n, c.value_rows.data(),
-                                 kHeadDim, out.data());
+      kernels::WeightedRowSumF16(OrderArg(state), n, c.probs.data() + h * n,
+                                 c.value_rows.data(), kHeadDim, out.data());
       benchmark::DoNotOptimize(out.data());
     }
   }

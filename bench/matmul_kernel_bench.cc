@@ -219,10 +219,10 @@ void BM_BlockSumsCeiling(benchmark::State& state) {
     BlockSumsShape<kFloatOps>(kBlocks, scales.data(), out.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GMAC/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kBlocks * kCeilingTokens *
-          16 * 32 / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["GMAC/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kBlocks *
+                             kCeilingTokens * 16 * 32 / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_BlockSumsCeiling<0>)->Name("BM_BlockSumsCeiling/vnni_only");
 BENCHMARK(BM_BlockSumsCeiling<3>)->Name("BM_BlockSumsCeiling/q8_0");

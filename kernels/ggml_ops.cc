@@ -177,9 +177,9 @@ alignas(64) constexpr uint16_t kZeroHalves[16 * kLanes] = {};
 // chunks of 64 (d a multiple of 64) added (0 + 2) + (1 + 3), or tinyBLAS's
 // one.
 template <int NQ, bool kVecDot>
-[[gnu::always_inline]] PD_AVX512 inline void KeyLanes(const uint16_t* k,
-                                                       int d, const float* q,
-                                                       __m512 (&s)[NQ]) {
+[[gnu::always_inline]] PD_AVX512 inline void KeyLanes(const uint16_t* k, int d,
+                                                      const float* q,
+                                                      __m512 (&s)[NQ]) {
   constexpr int kAcc = kVecDot ? 4 : 1;
   __m512 acc[NQ][kAcc];
 #pragma GCC unroll 4
@@ -194,16 +194,16 @@ template <int NQ, bool kVecDot>
       const __m512 kv = LoadHalves16(k + e);
 #pragma GCC unroll 4
       for (int h = 0; h < NQ; ++h) {
-        acc[h][a] = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q + h * d + e),
-                                    acc[h][a]);
+        acc[h][a] =
+            _mm512_fmadd_ps(kv, _mm512_loadu_ps(q + h * d + e), acc[h][a]);
       }
     }
   }
 #pragma GCC unroll 4
   for (int h = 0; h < NQ; ++h) {
-    s[h] = kVecDot ? _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][2 % kAcc]),
-                                   _mm512_add_ps(acc[h][1 % kAcc],
-                                                 acc[h][3 % kAcc]))
+    s[h] = kVecDot ? _mm512_add_ps(
+                         _mm512_add_ps(acc[h][0], acc[h][2 % kAcc]),
+                         _mm512_add_ps(acc[h][1 % kAcc], acc[h][3 % kAcc]))
                    : acc[h][0];
   }
 }
@@ -235,10 +235,9 @@ template <int kKeys, int NQ, bool kVecDot>
 // 16 (vec_dot: of 64, so that no element takes the double leftover path)
 // and at most 256.
 template <int NQ, bool kVecDot>
-PD_AVX512 void GatheredScores(int d, const uint16_t* const* rows,
-                              int64_t count, const uint16_t* q,
-                              int64_t q_stride, float scale, float* out,
-                              int64_t out_stride) {
+PD_AVX512 void GatheredScores(int d, const uint16_t* const* rows, int64_t count,
+                              const uint16_t* q, int64_t q_stride, float scale,
+                              float* out, int64_t out_stride) {
   alignas(64) float qf[NQ * 16 * kLanes];
 #pragma GCC unroll 4
   for (int h = 0; h < NQ; ++h) {
@@ -247,8 +246,8 @@ PD_AVX512 void GatheredScores(int d, const uint16_t* const* rows,
     }
   }
   const __m512 scale16 = _mm512_set1_ps(scale);
-  const __m512i key_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
-                                              10, 14, 3, 7, 11, 15);
+  const __m512i key_order =
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   for (int64_t j0 = 0; j0 < count; j0 += kLanes) {
     __m512 sums[NQ];
     ReducedKeys<kLanes, NQ, kVecDot>(rows, count, j0, d, qf, sums);
@@ -288,10 +287,35 @@ constexpr int SlotOfLeaf() {
   return group * kLanes + lane;
 }
 
+// One lane slot's sums for NQ probability rows (p + h * p_stride) and
+// output chunks [c0, c0 + CN): positions first, first + stride, ... below n,
+// each a multiply-add in position order from +0 (the order of
+// AccumulateScalar's sums), into sums[h][c].
+template <int NQ, int CN, class Rows>
+[[gnu::always_inline]] PD_AVX512 inline void SlotSums(
+    int64_t first, int64_t stride, int64_t n, const float* p, int64_t p_stride,
+    const Rows& rows, int c0, __m512 (&sums)[NQ][CN]) {
+#pragma GCC unroll 4
+  for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 16
+    for (int c = 0; c < CN; ++c) sums[h][c] = _mm512_setzero_ps();
+  }
+  for (int64_t j = first; j < n; j += stride) {
+#pragma GCC unroll 16
+    for (int c = 0; c < CN; ++c) {
+      const __m512 v = rows.Load16(j, c0 + c);
+#pragma GCC unroll 4
+      for (int h = 0; h < NQ; ++h) {
+        sums[h][c] =
+            _mm512_fmadd_ps(_mm512_set1_ps(p[h * p_stride + j]), v, sums[h][c]);
+      }
+    }
+  }
+}
+
 // Output chunks [c0, c0 + CN) of each of NQ rows, sums[h][c].
 template <int kLeaves, int kLeaf0, int NQ, int CN, bool kVecDot, class Rows>
-[[gnu::always_inline]] PD_AVX512 inline bool SlotTree(int64_t n,
-                                                      const float* p,
+[[gnu::always_inline]] PD_AVX512 inline bool SlotTree(int64_t n, const float* p,
                                                       int64_t p_stride,
                                                       const Rows& rows, int c0,
                                                       __m512 (&out)[NQ][CN]) {
@@ -299,22 +323,7 @@ template <int kLeaves, int kLeaf0, int NQ, int CN, bool kVecDot, class Rows>
     constexpr int kSlots = kVecDot ? 4 * kLanes : kLanes;
     constexpr int slot = SlotOfLeaf<kVecDot, kLeaf0>();
     if (slot >= n) return false;
-#pragma GCC unroll 4
-    for (int h = 0; h < NQ; ++h) {
-#pragma GCC unroll 4
-      for (int c = 0; c < CN; ++c) out[h][c] = _mm512_setzero_ps();
-    }
-    for (int64_t j = slot; j < n; j += kSlots) {
-#pragma GCC unroll 4
-      for (int c = 0; c < CN; ++c) {
-        const __m512 v = rows.Load16(j, c0 + c);
-#pragma GCC unroll 4
-        for (int h = 0; h < NQ; ++h) {
-          out[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[h * p_stride + j]), v,
-                                      out[h][c]);
-        }
-      }
-    }
+    SlotSums<NQ, CN>(slot, kSlots, n, p, p_stride, rows, c0, out);
     return true;
   } else {
     constexpr int kHalf = kLeaves / 2;
@@ -367,12 +376,14 @@ template <int NQ, int CN, bool kVecDot, class Rows>
 // than once per chunk. Where that starts to pay, measured
 // (attention_kernel_bench, three heads, d = 64, one chunk vs several):
 // vec_dot 128 positions 0.54 vs 0.54 us, 512 3.4 vs 2.6, 2048 36 vs 16;
-// tinyBLAS 128 0.47 vs 0.63, 512 2.3 vs 2.4, 2048 20 vs 10.
+// tinyBLAS 128 0.47 vs 0.63, 512 2.3 vs 2.4, 2048 20 vs 10. One head alone
+// has a single chain of multiply-adds per chunk and needs the width sooner:
+// tinyBLAS, 512 positions, 2.4 us per head one chunk at a time, 1.2 four.
 template <int NQ, bool kVecDot, class Rows>
 PD_AVX512 void WeightedSumTree(int64_t n, const float* p, int64_t p_stride,
                                const Rows& rows, int d, float* out,
                                int64_t out_stride) {
-  constexpr int64_t kWideFrom = kVecDot ? 256 : 1024;
+  constexpr int64_t kWideFrom = kVecDot || NQ == 1 ? 256 : 1024;
   constexpr int kWide = NQ <= 2 ? 4 : 2;
   const int chunks = d / kLanes;
   int c0 = 0;
@@ -702,45 +713,38 @@ void GatheredScoresHeads(int d, const uint16_t* const* rows, int64_t count,
   }
 }
 
-template <class Rows>
-void WeightedSumTreeHeads(F16DotOrder order, int64_t n, int nq,
-                          const float* p, int64_t p_stride, const Rows& rows,
-                          int d, float* out, int64_t out_stride) {
+template <bool kVecDot, class Rows>
+void WeightedSumTreeGroups(int64_t n, int nq, const float* p, int64_t p_stride,
+                           const Rows& rows, int d, float* out,
+                           int64_t out_stride) {
   for (int h = 0; h < nq; h += 4) {
     const float* ph = p + h * p_stride;
     float* oh = out + h * out_stride;
-    const int take = std::min(nq - h, 4);
-    if (order == F16DotOrder::kVecDot) {
-      switch (take) {
-        case 1:
-          WeightedSumTree<1, true>(n, ph, p_stride, rows, d, oh, out_stride);
-          break;
-        case 2:
-          WeightedSumTree<2, true>(n, ph, p_stride, rows, d, oh, out_stride);
-          break;
-        case 3:
-          WeightedSumTree<3, true>(n, ph, p_stride, rows, d, oh, out_stride);
-          break;
-        default:
-          WeightedSumTree<4, true>(n, ph, p_stride, rows, d, oh, out_stride);
-          break;
-      }
-    } else {
-      switch (take) {
-        case 1:
-          WeightedSumTree<1, false>(n, ph, p_stride, rows, d, oh, out_stride);
-          break;
-        case 2:
-          WeightedSumTree<2, false>(n, ph, p_stride, rows, d, oh, out_stride);
-          break;
-        case 3:
-          WeightedSumTree<3, false>(n, ph, p_stride, rows, d, oh, out_stride);
-          break;
-        default:
-          WeightedSumTree<4, false>(n, ph, p_stride, rows, d, oh, out_stride);
-          break;
-      }
+    switch (std::min(nq - h, 4)) {
+      case 1:
+        WeightedSumTree<1, kVecDot>(n, ph, p_stride, rows, d, oh, out_stride);
+        break;
+      case 2:
+        WeightedSumTree<2, kVecDot>(n, ph, p_stride, rows, d, oh, out_stride);
+        break;
+      case 3:
+        WeightedSumTree<3, kVecDot>(n, ph, p_stride, rows, d, oh, out_stride);
+        break;
+      default:
+        WeightedSumTree<4, kVecDot>(n, ph, p_stride, rows, d, oh, out_stride);
+        break;
     }
+  }
+}
+
+template <class Rows>
+void WeightedSumTreeHeads(F16DotOrder order, int64_t n, int nq, const float* p,
+                          int64_t p_stride, const Rows& rows, int d, float* out,
+                          int64_t out_stride) {
+  if (order == F16DotOrder::kVecDot) {
+    WeightedSumTreeGroups<true>(n, nq, p, p_stride, rows, d, out, out_stride);
+  } else {
+    WeightedSumTreeGroups<false>(n, nq, p, p_stride, rows, d, out, out_stride);
   }
 }
 
@@ -758,22 +762,7 @@ PD_AVX512 void AccumulateRowsAvx512(int slots, int64_t n, const float* p,
   const int stride = kLanes * slots;
   for (int slot = 0; slot < stride && slot < n; ++slot) {
     __m512 sums[NQ][C];
-#pragma GCC unroll 3
-    for (int h = 0; h < NQ; ++h) {
-#pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) sums[h][c] = _mm512_setzero_ps();
-    }
-    for (int64_t j = slot; j < n; j += stride) {
-#pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) {
-        const __m512 v = rows.Load16(j, c);
-#pragma GCC unroll 3
-        for (int h = 0; h < NQ; ++h) {
-          sums[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[h * p_stride + j]), v,
-                                       sums[h][c]);
-        }
-      }
-    }
+    SlotSums<NQ, C>(slot, stride, n, p, p_stride, rows, 0, sums);
     const int64_t at = ((slot / kLanes) * kLanes + slot % kLanes) * d;
 #pragma GCC unroll 3
     for (int h = 0; h < NQ; ++h) {
@@ -1074,14 +1063,13 @@ float DotF16(F16DotOrder order, int64_t n, const uint16_t* x,
 
 void DotF16Many(F16DotOrder order, int64_t n, const uint16_t* const* rows,
                 int64_t count, const uint16_t* y, float scale, float* out) {
-  DotF16ManyHeads(order, static_cast<int>(n), rows, count, 1, y, 0, scale,
-                  out, 0);
+  DotF16ManyHeads(order, static_cast<int>(n), rows, count, 1, y, 0, scale, out,
+                  0);
 }
 
 void DotF16ManyHeads(F16DotOrder order, int d, const uint16_t* const* rows,
-                     int64_t count, int nq, const uint16_t* q,
-                     int64_t q_stride, float scale, float* out,
-                     int64_t out_stride) {
+                     int64_t count, int nq, const uint16_t* q, int64_t q_stride,
+                     float scale, float* out, int64_t out_stride) {
   const bool vec_dot = order == F16DotOrder::kVecDot;
   if (HaveAvx512() && d % (vec_dot ? 64 : kLanes) == 0 && d <= 256) {
     if (vec_dot) {
@@ -1095,7 +1083,8 @@ void DotF16ManyHeads(F16DotOrder order, int d, const uint16_t* const* rows,
   }
   for (int h = 0; h < nq; ++h) {
     for (int64_t j = 0; j < count; ++j) {
-      out[h * out_stride + j] = DotF16(order, d, rows[j], q + h * q_stride) * scale;
+      out[h * out_stride + j] =
+          DotF16(order, d, rows[j], q + h * q_stride) * scale;
     }
   }
 }

@@ -67,9 +67,8 @@ void WeightedRowSumF16(F16DotOrder order, int64_t n, const float* p,
 // out + h * out_stride; each cached row is read once for all the heads.
 // Every float is the one the single-head call gives, bit for bit.
 void DotF16ManyHeads(F16DotOrder order, int d, const uint16_t* const* rows,
-                     int64_t count, int nq, const uint16_t* q,
-                     int64_t q_stride, float scale, float* out,
-                     int64_t out_stride);
+                     int64_t count, int nq, const uint16_t* q, int64_t q_stride,
+                     float scale, float* out, int64_t out_stride);
 void WeightedRowSumF16Heads(F16DotOrder order, int64_t n, int nq,
                             const float* p, int64_t p_stride,
                             const uint16_t* const* rows, int d, float* out,

@@ -247,8 +247,8 @@ TEST(DispatchTest, PickedFormsEqualThePortableOnesBitwise) {
           std::vector<float> sums(nq * (d + 1), -5.0f);
           DotF16ManyHeads(order, d, ptrs.data(), n, nq, qs.data(), d + 1,
                           0.125f, scores.data(), out_stride);
-          WeightedRowSumF16Heads(order, n, nq, ps.data(), p_stride,
-                                 ptrs.data(), d, sums.data(), d + 1);
+          WeightedRowSumF16Heads(order, n, nq, ps.data(), p_stride, ptrs.data(),
+                                 d, sums.data(), d + 1);
           std::vector<float> want(d);
           for (int h = 0; h < nq; ++h) {
             for (int j = 0; j < n; ++j) {
