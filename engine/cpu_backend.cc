@@ -27,30 +27,29 @@ namespace {
   __builtin_prefetch(p + bytes - 1);  // the last line of an unaligned row
 }
 
-// RmsNorm's sums of squares of kRows rows (row r at x + r * dim), each
-// summed in double, element after element, as ggml's rms_norm_f32 does.
+// RmsNorm of kRows rows (row r at x + r * dim, out + r * dim), as ggml's
+// rms_norm_f32: each row's squares summed in double, element after element
+// (the rows' chains interleaved), then row / sqrt(mean + eps) (its scale
+// applied first) times the norm's weight. restrict: lets the compiler
+// vectorize the second loop without run-time overlap checks.
 template <int kRows>
-void SumSquares(const float* x, int dim, double* sums) {
-  double s[kRows] = {};
+void NormalizeRows(const float* __restrict x, const float* __restrict weight,
+                   float eps, int dim, float* __restrict out) {
+  double sums[kRows] = {};
   for (int i = 0; i < dim; ++i) {
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const float v = x[int64_t{r} * dim + i];
-      s[r] += static_cast<double>(v * v);
+      sums[r] += static_cast<double>(v * v);
     }
   }
-  for (int r = 0; r < kRows; ++r) sums[r] = s[r];
-}
-
-// out = row / sqrt(mean of squares + eps) * weight, as ggml (its scale
-// applied first, then the norm's weight). restrict: lets the compiler
-// vectorize without run-time overlap checks.
-void NormalizeRow(const float* __restrict row, double sum_squares, float eps,
-                  const float* __restrict weight, int dim,
-                  float* __restrict out) {
-  const float mean = static_cast<float>(sum_squares / dim);
-  const float scale = 1.0f / std::sqrt(mean + eps);
-  for (int i = 0; i < dim; ++i) out[i] = (row[i] * scale) * weight[i];
+  for (int r = 0; r < kRows; ++r) {
+    const float mean = static_cast<float>(sums[r] / dim);
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    const float* row = x + int64_t{r} * dim;
+    float* dst = out + int64_t{r} * dim;
+    for (int i = 0; i < dim; ++i) dst[i] = (row[i] * scale) * weight[i];
+  }
 }
 
 using kernels::GgmlType;
@@ -287,25 +286,13 @@ void CpuBackend::RmsNorm(const float* x, const std::vector<float>& weight,
   // row's sum is still its own additions in its own order.
   int64_t t = begin;
   for (; t + 8 <= end; t += 8) {
-    double sums[8];
-    SumSquares<8>(x + t * dim, dim, sums);
-    for (int r = 0; r < 8; ++r) {
-      NormalizeRow(x + (t + r) * dim, sums[r], eps, weight.data(), dim,
-                   out + (t + r) * dim);
-    }
+    NormalizeRows<8>(x + t * dim, weight.data(), eps, dim, out + t * dim);
   }
   for (; t + 4 <= end; t += 4) {  // two threads' halves of a batch of 8
-    double sums[4];
-    SumSquares<4>(x + t * dim, dim, sums);
-    for (int r = 0; r < 4; ++r) {
-      NormalizeRow(x + (t + r) * dim, sums[r], eps, weight.data(), dim,
-                   out + (t + r) * dim);
-    }
+    NormalizeRows<4>(x + t * dim, weight.data(), eps, dim, out + t * dim);
   }
   for (; t < end; ++t) {
-    double sum;
-    SumSquares<1>(x + t * dim, dim, &sum);
-    NormalizeRow(x + t * dim, sum, eps, weight.data(), dim, out + t * dim);
+    NormalizeRows<1>(x + t * dim, weight.data(), eps, dim, out + t * dim);
   }
 }
 
@@ -557,12 +544,9 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       probs.resize(int64_t{per_item} * n_pad);
       float* heads_out = attn_.data() + (int64_t{t} * heads + h0) * d;
       const float* heads_q = q_.data() + (int64_t{t} * heads + h0) * d;
-      // Query head g, rounded to fp16 as llama.cpp rounds it for the f16
-      // product.
-      auto query16 = [&](int g) {
-        kernels::Fp32ToFp16Row(heads_q + int64_t{g} * d, d, q16.data());
-        return q16.data();
-      };
+      // The item's query heads, rounded to fp16 as llama.cpp rounds them
+      // for the f16 product.
+      kernels::Fp32ToFp16Row(heads_q, int64_t{per_item} * d, q16.data());
       // Head g's scores (row g of n_pad) to its probabilities.
       auto softmax = [&](int g) {
         float* sc = scores.data() + int64_t{g} * n_pad;
@@ -591,9 +575,7 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
         const float* keys =
             widened_base_ + wide.offset + int64_t{2} * kvh * d * wide.stride;
         const float* values = keys + int64_t{d} * wide.stride;
-        for (int g = 0; g < per_item; ++g) {
-          kernels::Fp16ToFp32Row(query16(g), d, qf.data() + int64_t{g} * d);
-        }
+        kernels::Fp16ToFp32Row(q16.data(), int64_t{per_item} * d, qf.data());
         kernels::DotF16ManyTransposed(order, d, keys, n_ctx, per_item,
                                       qf.data(), d, scale, scores.data(),
                                       n_pad);
@@ -632,7 +614,6 @@ void CpuBackend::Attention(const ForwardBatch& batch, int layer, int n_tokens) {
       }
       // All the item's query heads in one pass over the keys and one over
       // the values.
-      kernels::Fp32ToFp16Row(heads_q, int64_t{per_item} * d, q16.data());
       kernels::DotF16ManyHeads(order, d, krows.data(), n_ctx, per_item,
                                q16.data(), d, scale, scores.data(), n_pad);
       for (int g = 0; g < per_item; ++g) softmax(g);
