@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/huge_page_buffer.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "kernels/ggml_ops.h"
 #include "kernels/matmul.h"
@@ -101,19 +103,57 @@ CpuBackend::CpuBackend(const model::ModelConfig& config,
       llamacpp_prompt_numerics_(options.llamacpp_prompt_numerics),
       fp8_kv_(pool_->layout().dtype() == v1::KV_DTYPE_FP8_E4M3),
       testing_attention_mask_(options.testing_attention_mask) {
-  if (!options.pack_weights) return;
-  auto pack = [this, &options](const WeightMatrix& w) {
-    std::unique_ptr<kernels::PackedMatrix> packed = kernels::PackedMatrix::Pack(
-        w.type, w.data, w.rows, w.cols, options.matmul_arithmetic);
-    if (packed != nullptr) packed_[w.data] = std::move(packed);
-  };
+  if (options.pack_weights) PackWeights(options.matmul_arithmetic);
+}
+
+void CpuBackend::PackWeights(kernels::PackedArithmetic arithmetic) {
+  // The matrices in the order a forward pass reads them, so that one step
+  // streams the buffer front to back (and a kernel's prefetches past the
+  // end of one matrix fetch the next).
+  std::vector<const WeightMatrix*> order;
   for (const model::LayerWeights& l : weights_.layers) {
     for (const WeightMatrix* w :
          {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-      pack(*w);
+      order.push_back(w);
     }
   }
-  pack(weights_.output);
+  order.push_back(&weights_.output);
+  constexpr int64_t kAlign = kernels::PackedMatrix::kStorageAlignment;
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const WeightMatrix* w : order) {
+    offsets.push_back(total);
+    total += (kernels::PackedMatrix::PackedBytes(w->type, w->rows, w->cols) +
+              kAlign - 1) /
+             kAlign * kAlign;
+  }
+  if (total == 0) return;  // no packed kernels on this CPU
+  absl::StatusOr<common::HugePageBuffer> storage =
+      common::HugePageBuffer::Allocate(total);
+  if (!storage.ok()) {
+    // Each matrix then takes memory of its own (on 4 KiB pages).
+    PD_LOG(WARNING) << "packed weights: " << storage.status().message();
+    for (const WeightMatrix* w : order) {
+      std::unique_ptr<kernels::PackedMatrix> packed =
+          kernels::PackedMatrix::Pack(w->type, w->data, w->rows, w->cols,
+                                      arithmetic);
+      if (packed != nullptr) packed_[w->data] = std::move(packed);
+    }
+    return;
+  }
+  packed_storage_ = *std::move(storage);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const WeightMatrix& w = *order[i];
+    std::unique_ptr<kernels::PackedMatrix> packed =
+        kernels::PackedMatrix::PackInto(w.type, w.data, w.rows, w.cols,
+                                        arithmetic,
+                                        packed_storage_.data() + offsets[i]);
+    if (packed != nullptr) packed_[w.data] = std::move(packed);
+  }
+  PD_LOG(INFO) << "packed weights: " << packed_storage_.size() / double{1 << 20}
+               << " MiB, " << packed_storage_.HugePageBytes() / double{1 << 20}
+               << " MiB of it on huge pages (transparent huge pages: "
+               << common::TransparentHugePageMode() << ")";
 }
 
 absl::Status CpuBackend::Validate(const ForwardBatch& batch) const {

@@ -39,6 +39,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "common/huge_page_buffer.h"
 #include "common/thread_pool.h"
 #include "engine/forward_backend.h"
 #include "engine/kv_cache_pool.h"
@@ -129,6 +130,8 @@ class CpuBackend : public ForwardBackend {
              std::unique_ptr<KvCachePool> pool,
              const CpuBackendOptions& options);
 
+  // Packs the layer matrices and the output head into packed_storage_.
+  void PackWeights(kernels::PackedArithmetic arithmetic);
   absl::Status Validate(const ForwardBatch& batch) const;
   // out[t * w.rows + r] = row r of w . x[t], for t < n_tokens.
   void MatMul(const model::WeightMatrix& w, const float* x, int n_tokens,
@@ -170,7 +173,10 @@ class CpuBackend : public ForwardBackend {
   const bool fp8_kv_;
   const std::function<bool(int, int32_t, int32_t)> testing_attention_mask_;
   // Packed copies of the layer matrices and the output head, by their
-  // weights' address.
+  // weights' address, all in packed_storage_ (one huge-page buffer, in the
+  // order a forward pass reads them: a decode step streams it front to back
+  // with few TLB misses).
+  common::HugePageBuffer packed_storage_;
   absl::flat_hash_map<const uint8_t*, std::unique_ptr<kernels::PackedMatrix>>
       packed_;
 

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -838,28 +839,52 @@ void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
 
 static_assert(PackedMatrix::kRowGrain == internal::kPackRows);
 
+int64_t PackedMatrix::PackedBytes(GgmlType weight_type, int64_t rows,
+                                  int64_t n) {
+  if (!CpuHasAvx512Vnni() || rows <= 0 || n <= 0 || n % 32 != 0 ||
+      n / 32 > internal::kMaxAvx512Blocks) {
+    return 0;
+  }
+  return internal::PackedBytes(weight_type, rows, n);
+}
+
+std::unique_ptr<PackedMatrix> PackedMatrix::PackInto(
+    GgmlType weight_type, const void* weights, int64_t rows, int64_t n,
+    PackedArithmetic arithmetic, uint8_t* storage) {
+  if (PackedBytes(weight_type, rows, n) == 0) return nullptr;
+  std::unique_ptr<PackedMatrix> m(
+      new PackedMatrix(weight_type, rows, n, arithmetic));
+  internal::PackRows(weight_type, static_cast<const uint8_t*>(weights), rows, n,
+                     storage);
+  m->bytes_ = storage;
+  return m;
+}
+
 std::unique_ptr<PackedMatrix> PackedMatrix::Pack(GgmlType weight_type,
                                                  const void* weights,
                                                  int64_t rows, int64_t n,
                                                  PackedArithmetic arithmetic) {
-  if (!CpuHasAvx512Vnni() || rows <= 0 || n <= 0 || n % 32 != 0 ||
-      n / 32 > internal::kMaxAvx512Blocks ||
-      internal::PackedBytes(weight_type, rows, n) == 0) {
-    return nullptr;
-  }
-  std::unique_ptr<PackedMatrix> m(
-      new PackedMatrix(weight_type, rows, n, arithmetic));
-  m->bytes_.resize(internal::PackedBytes(weight_type, rows, n));
-  internal::PackRows(weight_type, static_cast<const uint8_t*>(weights), rows, n,
-                     m->bytes_.data());
+  const int64_t bytes = PackedBytes(weight_type, rows, n);
+  if (bytes == 0) return nullptr;
+  // aligned_alloc wants a multiple of the alignment.
+  const int64_t rounded =
+      (bytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
+  std::unique_ptr<uint8_t, FreeBytes> storage(static_cast<uint8_t*>(
+      std::aligned_alloc(kStorageAlignment, static_cast<size_t>(rounded))));
+  if (storage == nullptr) return nullptr;
+  std::unique_ptr<PackedMatrix> m =
+      PackInto(weight_type, weights, rows, n, arithmetic, storage.get());
+  m->owned_ = std::move(storage);
   return m;
 }
+
+void PackedMatrix::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
 
 void PackedMatrix::MatMul(int64_t row_begin, int64_t row_end,
                           const void* activations, int n_tokens, float* out,
                           int64_t out_stride) const {
   internal::MatMulPacked(type_, arithmetic_ == PackedArithmetic::kBlockSums,
-                         bytes_.data(), n_, row_begin, row_end,
+                         bytes_, n_, row_begin, row_end,
                          static_cast<const uint8_t*>(activations), n_tokens,
                          out, out_stride);
 }

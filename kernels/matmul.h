@@ -147,15 +147,35 @@ float VecDotBlockSumsReference(GgmlType weight_type, const void* weight_row,
 // block is unpacked once per two tokens, then one broadcast vpdpbusd,
 // convert and multiply-add per ggml lane covers 16 rows).
 //
-// Ownership: owns its copy of the weights. Thread-safety: immutable after
-// Pack; concurrent MatMul calls on disjoint row ranges are safe.
+// Ownership: Pack's matrix owns its copy of the weights; PackInto's lives
+// in storage the caller owns. Thread-safety: immutable after packing;
+// concurrent MatMul calls on disjoint row ranges are safe.
 class PackedMatrix {
  public:
+  // Packed copies start on this boundary (a cache line): a Q4_1 group-block
+  // is five lines, and off the boundary every 64-byte load of it would
+  // straddle two.
+  static constexpr int64_t kStorageAlignment = 64;
+
   // Empty when there is no packed kernel for this type on this CPU, or
   // for rows of more than 16384 elements.
   static std::unique_ptr<PackedMatrix> Pack(
       GgmlType weight_type, const void* weights, int64_t rows, int64_t n,
       PackedArithmetic arithmetic = PackedArithmetic::kGgml);
+
+  // The bytes the packed copy takes; 0 where Pack would return empty.
+  static int64_t PackedBytes(GgmlType weight_type, int64_t rows, int64_t n);
+
+  // Pack into `storage`: PackedBytes(weight_type, rows, n) bytes on a
+  // kStorageAlignment boundary, which the caller keeps alive as long as the
+  // matrix. Lets a model lay all its matrices out in one buffer, in the
+  // order a forward pass streams them, on huge pages
+  // (common/huge_page_buffer.h). Empty as Pack; storage untouched then.
+  static std::unique_ptr<PackedMatrix> PackInto(GgmlType weight_type,
+                                                const void* weights,
+                                                int64_t rows, int64_t n,
+                                                PackedArithmetic arithmetic,
+                                                uint8_t* storage);
 
   // Row ranges given to MatMul start at a multiple of this.
   static constexpr int64_t kRowGrain = 16;
@@ -177,11 +197,16 @@ class PackedMatrix {
                PackedArithmetic arithmetic)
       : type_(type), rows_(rows), n_(n), arithmetic_(arithmetic) {}
 
+  struct FreeBytes {
+    void operator()(uint8_t* p) const;
+  };
+
   GgmlType type_;
   int64_t rows_;
   int64_t n_;
   PackedArithmetic arithmetic_;
-  std::vector<uint8_t> bytes_;
+  const uint8_t* bytes_ = nullptr;
+  std::unique_ptr<uint8_t, FreeBytes> owned_;  // Pack's storage
 };
 
 // MatMulRows as CPUs without AVX-512 VNNI run it (VecDot pair by pair, in

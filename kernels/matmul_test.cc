@@ -1071,6 +1071,62 @@ TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
   EXPECT_EQ(PackedMatrix::Pack(GgmlType::kQ4_1, nullptr, 4, 16416), nullptr);
 }
 
+// PackInto: the packed copy lies in the caller's storage, exactly
+// PackedBytes of it (the engine lays all matrices out back to back), and
+// multiplies as Pack's own copy does, bit for bit.
+TEST(PackedMatrixTest, PackIntoUsesExactlyTheCallersStorage) {
+  std::mt19937 rng(41);
+  for (const GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    const int64_t rows = 45, n = 544;
+    SCOPED_TRACE(Name(type));
+    const RandomWeights w = MakeRandomWeights(type, rows, n, rng);
+    const int64_t bytes = PackedMatrix::PackedBytes(type, rows, n);
+    if (bytes == 0) GTEST_SKIP() << "no packed kernel on this CPU";
+    constexpr int64_t kAlign = PackedMatrix::kStorageAlignment;
+    constexpr uint8_t kGuard = 0xA5;
+    std::vector<uint8_t> buffer(bytes + 3 * kAlign, kGuard);
+    uint8_t* storage = buffer.data() + kAlign -
+                       reinterpret_cast<uintptr_t>(buffer.data()) % kAlign;
+    const std::unique_ptr<PackedMatrix> into = PackedMatrix::PackInto(
+        type, w.bytes.data(), rows, n, PackedArithmetic::kBlockSums, storage);
+    const std::unique_ptr<PackedMatrix> own = PackedMatrix::Pack(
+        type, w.bytes.data(), rows, n, PackedArithmetic::kBlockSums);
+    ASSERT_NE(into, nullptr);
+    ASSERT_NE(own, nullptr);
+    for (uint8_t* p = buffer.data(); p < storage; ++p) ASSERT_EQ(*p, kGuard);
+    for (uint8_t* p = storage + bytes; p < buffer.data() + buffer.size(); ++p) {
+      ASSERT_EQ(*p, kGuard) << "wrote past PackedBytes";
+    }
+    const GgmlType act_type = *VecDotType(type);
+    const int64_t act_bytes = ActivationRowBytes(act_type, n);
+    for (const int tokens : {1, 8}) {
+      std::vector<uint8_t> a(act_bytes * tokens);
+      for (int t = 0; t < tokens; ++t) {
+        const std::vector<float> x = MakeRandomActivations(n, rng);
+        QuantizeActivations(act_type, x.data(), n, a.data() + t * act_bytes);
+      }
+      std::vector<float> want(rows * tokens), got(rows * tokens);
+      own->MatMul(0, rows, a.data(), tokens, want.data(), rows);
+      into->MatMul(0, rows, a.data(), tokens, got.data(), rows);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]),
+                  std::bit_cast<uint32_t>(want[i]))
+            << "tokens=" << tokens << " i=" << i;
+      }
+    }
+    // It reads the caller's storage, not a copy.
+    std::fill(storage, storage + bytes, 0);
+    std::vector<float> zeroed(rows);
+    std::vector<uint8_t> a(act_bytes);
+    QuantizeActivations(act_type, MakeRandomActivations(n, rng).data(), n,
+                        a.data());
+    into->MatMul(0, rows, a.data(), 1, zeroed.data(), rows);
+    for (const float v : zeroed) ASSERT_EQ(v, 0.0f);
+  }
+  EXPECT_EQ(PackedMatrix::PackedBytes(GgmlType::kQ4_K, 4, 256), 0);
+  EXPECT_EQ(PackedMatrix::PackedBytes(GgmlType::kQ4_1, 4, 16416), 0);
+}
+
 // Several tokens against packed weights (prefill, batched decode) give the
 // reference's bits for every (row, token), in either arithmetic (block sums
 // from one token up: decode has a kernel of its own there too), with token
