@@ -3,9 +3,9 @@
 // to and sized in 2 MiB, advised as transparent huge pages.
 //
 // Why: a decode step reads every weight once. On 4 KiB pages the default
-// model's 66 MB of packed weights are about 16 000 pages, several times what
-// the second-level TLB holds, so the stream takes a page walk every 4 KiB;
-// on 2 MiB pages it is 33 entries. Measured on the Zen 4 machine of
+// model's 94 MiB of packed weights are about 24 000 pages, several times
+// what the second-level TLB holds, so the stream takes a page walk every
+// 4 KiB; on 2 MiB pages it is 47 entries. Measured on the Zen 4 machine of
 // bench/results: one-stream decode of the default model 186-191 -> 223-238
 // tokens/s, a one-thread batch of 8 755 -> 830-856.
 //
