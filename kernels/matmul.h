@@ -53,7 +53,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -157,8 +156,9 @@ class PackedMatrix {
   // straddle two.
   static constexpr int64_t kStorageAlignment = 64;
 
-  // Empty when there is no packed kernel for this type on this CPU, or
-  // for rows of more than 16384 elements.
+  // Empty when there is no packed kernel for this type on this CPU, for
+  // rows of more than 16384 elements, or when the copy's memory cannot be
+  // had (the caller then multiplies the weights as the file has them).
   static std::unique_ptr<PackedMatrix> Pack(
       GgmlType weight_type, const void* weights, int64_t rows, int64_t n,
       PackedArithmetic arithmetic = PackedArithmetic::kGgml);
