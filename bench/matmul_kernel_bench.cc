@@ -129,7 +129,7 @@ void BM_PackedMatMul(
   Operands o = Make(type, rows, cols, tokens);
   absl::StatusOr<common::HugePageBuffer> storage =
       common::HugePageBuffer::Allocate(
-          kernels::PackedMatrix::PackedBytes(type, rows, cols));
+          kernels::PackedMatrix::StorageBytes(type, rows, cols));
   if (!storage.ok()) {
     state.SkipWithError(std::string(storage.status().message()).c_str());
     return;

@@ -128,27 +128,19 @@ void CpuBackend::PackWeights(kernels::PackedArithmetic arithmetic) {
     }
   }
   order.push_back(&weights_.output);
-  constexpr int64_t kAlign = kernels::PackedMatrix::kStorageAlignment;
   std::vector<int64_t> offsets;
   int64_t total = 0;
   for (const WeightMatrix* w : order) {
     offsets.push_back(total);
-    total += (kernels::PackedMatrix::PackedBytes(w->type, w->rows, w->cols) +
-              kAlign - 1) /
-             kAlign * kAlign;
+    total += kernels::PackedMatrix::StorageBytes(w->type, w->rows, w->cols);
   }
   if (total == 0) return;  // no packed kernels on this CPU
   absl::StatusOr<common::HugePageBuffer> storage =
       common::HugePageBuffer::Allocate(total);
   if (!storage.ok()) {
-    // Each matrix then takes memory of its own (on 4 KiB pages).
-    PD_LOG(WARNING) << "packed weights: " << storage.status().message();
-    for (const WeightMatrix* w : order) {
-      std::unique_ptr<kernels::PackedMatrix> packed =
-          kernels::PackedMatrix::Pack(w->type, w->data, w->rows, w->cols,
-                                      arithmetic);
-      if (packed != nullptr) packed_[w->data] = std::move(packed);
-    }
+    // Out of memory for a copy: the matrices are multiplied as the file has
+    // them (correct, slower).
+    PD_LOG(WARNING) << "weights left unpacked: " << storage.status().message();
     return;
   }
   packed_storage_ = *std::move(storage);

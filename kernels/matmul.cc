@@ -839,19 +839,20 @@ void MatMulRows(GgmlType weight_type, const void* weights, int64_t n,
 
 static_assert(PackedMatrix::kRowGrain == internal::kPackRows);
 
-int64_t PackedMatrix::PackedBytes(GgmlType weight_type, int64_t rows,
-                                  int64_t n) {
+int64_t PackedMatrix::StorageBytes(GgmlType weight_type, int64_t rows,
+                                   int64_t n) {
   if (!CpuHasAvx512Vnni() || rows <= 0 || n <= 0 || n % 32 != 0 ||
       n / 32 > internal::kMaxAvx512Blocks) {
     return 0;
   }
-  return internal::PackedBytes(weight_type, rows, n);
+  return (internal::PackedBytes(weight_type, rows, n) + kStorageAlignment - 1) /
+         kStorageAlignment * kStorageAlignment;
 }
 
 std::unique_ptr<PackedMatrix> PackedMatrix::PackInto(
     GgmlType weight_type, const void* weights, int64_t rows, int64_t n,
     PackedArithmetic arithmetic, uint8_t* storage) {
-  if (PackedBytes(weight_type, rows, n) == 0) return nullptr;
+  if (StorageBytes(weight_type, rows, n) == 0) return nullptr;
   std::unique_ptr<PackedMatrix> m(
       new PackedMatrix(weight_type, rows, n, arithmetic));
   internal::PackRows(weight_type, static_cast<const uint8_t*>(weights), rows, n,
@@ -864,13 +865,10 @@ std::unique_ptr<PackedMatrix> PackedMatrix::Pack(GgmlType weight_type,
                                                  const void* weights,
                                                  int64_t rows, int64_t n,
                                                  PackedArithmetic arithmetic) {
-  const int64_t bytes = PackedBytes(weight_type, rows, n);
+  const int64_t bytes = StorageBytes(weight_type, rows, n);
   if (bytes == 0) return nullptr;
-  // aligned_alloc wants a multiple of the alignment.
-  const int64_t rounded =
-      (bytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
   std::unique_ptr<uint8_t, FreeBytes> storage(static_cast<uint8_t*>(
-      std::aligned_alloc(kStorageAlignment, static_cast<size_t>(rounded))));
+      std::aligned_alloc(kStorageAlignment, static_cast<size_t>(bytes))));
   if (storage == nullptr) return nullptr;
   std::unique_ptr<PackedMatrix> m =
       PackInto(weight_type, weights, rows, n, arithmetic, storage.get());

@@ -163,10 +163,12 @@ class PackedMatrix {
       GgmlType weight_type, const void* weights, int64_t rows, int64_t n,
       PackedArithmetic arithmetic = PackedArithmetic::kGgml);
 
-  // The bytes the packed copy takes; 0 where Pack would return empty.
-  static int64_t PackedBytes(GgmlType weight_type, int64_t rows, int64_t n);
+  // The storage the packed copy takes, rounded up to a multiple of
+  // kStorageAlignment (so that copies laid out back to back each start on
+  // the boundary); 0 where Pack would return empty.
+  static int64_t StorageBytes(GgmlType weight_type, int64_t rows, int64_t n);
 
-  // Pack into `storage`: PackedBytes(weight_type, rows, n) bytes on a
+  // Pack into `storage`: StorageBytes(weight_type, rows, n) bytes on a
   // kStorageAlignment boundary, which the caller keeps alive as long as the
   // matrix. Lets a model lay all its matrices out in one buffer, in the
   // order a forward pass streams them, on huge pages

@@ -1071,8 +1071,8 @@ TEST(PackedMatrixTest, MatVecEqualsTheScalarReferenceBitwise) {
   EXPECT_EQ(PackedMatrix::Pack(GgmlType::kQ4_1, nullptr, 4, 16416), nullptr);
 }
 
-// PackInto: the packed copy lies in the caller's storage, exactly
-// PackedBytes of it (the engine lays all matrices out back to back), and
+// PackInto: the packed copy lies in the caller's storage, within
+// StorageBytes of it (the engine lays all matrices out back to back), and
 // multiplies as Pack's own copy does, bit for bit.
 TEST(PackedMatrixTest, PackIntoUsesExactlyTheCallersStorage) {
   std::mt19937 rng(41);
@@ -1080,9 +1080,10 @@ TEST(PackedMatrixTest, PackIntoUsesExactlyTheCallersStorage) {
     const int64_t rows = 45, n = 544;
     SCOPED_TRACE(Name(type));
     const RandomWeights w = MakeRandomWeights(type, rows, n, rng);
-    const int64_t bytes = PackedMatrix::PackedBytes(type, rows, n);
+    const int64_t bytes = PackedMatrix::StorageBytes(type, rows, n);
     if (bytes == 0) GTEST_SKIP() << "no packed kernel on this CPU";
     constexpr int64_t kAlign = PackedMatrix::kStorageAlignment;
+    EXPECT_EQ(bytes % kAlign, 0);
     constexpr uint8_t kGuard = 0xA5;
     std::vector<uint8_t> buffer(bytes + 3 * kAlign, kGuard);
     uint8_t* storage = buffer.data() + kAlign -
@@ -1095,7 +1096,7 @@ TEST(PackedMatrixTest, PackIntoUsesExactlyTheCallersStorage) {
     ASSERT_NE(own, nullptr);
     for (uint8_t* p = buffer.data(); p < storage; ++p) ASSERT_EQ(*p, kGuard);
     for (uint8_t* p = storage + bytes; p < buffer.data() + buffer.size(); ++p) {
-      ASSERT_EQ(*p, kGuard) << "wrote past PackedBytes";
+      ASSERT_EQ(*p, kGuard) << "wrote past StorageBytes";
     }
     const GgmlType act_type = *VecDotType(type);
     const int64_t act_bytes = ActivationRowBytes(act_type, n);
@@ -1123,8 +1124,8 @@ TEST(PackedMatrixTest, PackIntoUsesExactlyTheCallersStorage) {
     into->MatMul(0, rows, a.data(), 1, zeroed.data(), rows);
     for (const float v : zeroed) ASSERT_EQ(v, 0.0f);
   }
-  EXPECT_EQ(PackedMatrix::PackedBytes(GgmlType::kQ4_K, 4, 256), 0);
-  EXPECT_EQ(PackedMatrix::PackedBytes(GgmlType::kQ4_1, 4, 16416), 0);
+  EXPECT_EQ(PackedMatrix::StorageBytes(GgmlType::kQ4_K, 4, 256), 0);
+  EXPECT_EQ(PackedMatrix::StorageBytes(GgmlType::kQ4_1, 4, 16416), 0);
 }
 
 // Several tokens against packed weights (prefill, batched decode) give the
