@@ -187,7 +187,7 @@ class PackedMatrix {
   // in kBlockSums VecDotBlockSumsReference) on the packed rows, row_begin a
   // multiple of kRowGrain. One token streams the rows (decode's
   // matrix-vector product); more take two at a time (eight in kBlockSums;
-  // up to 16 tokens over each 16-row group in turn, more over chunks).
+  // up to 64 tokens over each 16-row group in turn, more over chunks).
   void MatMul(int64_t row_begin, int64_t row_end, const void* activations,
               int n_tokens, float* out, int64_t out_stride) const;
 

@@ -29,7 +29,7 @@
 //    kernel): 16 rows per group, no shuffles.
 //  - PackedGroupTokens (two tokens on the repacked weights: prefill and
 //    batched decode): 16 rows per group, each block unpacked once for both
-//    tokens; the engine's path whenever the weights are packed. Up to 16
+//    tokens; the engine's path whenever the weights are packed. Up to 64
 //    tokens (MatMulPackedFewTokens) take every pair over one group before
 //    the next, the first pair streaming it from memory; more
 //    (MatMulPackedRows) take every pair over an L2-sized chunk of groups.
@@ -42,6 +42,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <memory>
 
 namespace pdserve::kernels::internal {
 namespace {
@@ -890,20 +891,36 @@ void MatVecPackedBlockSums(const uint8_t* packed, int64_t nb, int64_t row_begin,
 }
 
 // The most tokens MatMulPackedFewTokens takes: a batched decode step or a
-// speculative verification pass (2 to 9 tokens), with every token's scales
-// prepared once per product (Q8_0: 20 KB per token, on the stack).
-inline constexpr int kMaxFewTokens = 16;
+// speculative verification pass, with every token's scales prepared once per
+// product. MatMulPackedRows' chunks, made for prefill, prepared them again
+// for every chunk, which for the 8192-wide rows of a 1B model's down
+// projection is every 16 rows: batch 32 of its Q8_0, one thread, block sums,
+// ran 136 tokens/s that way where batch 16 ran 157.
+inline constexpr int kMaxFewTokens = 64;
+
+// This thread's scales for up to kMaxFewTokens tokens (Q8_0 in ggml's order:
+// 20 KB per token). Not on the stack: 1.3 MB there would overflow a thread
+// started with a small stack (and ASan's redzones enlarge it further).
+// Allocated once per thread and format; only what the products prepare is
+// ever touched.
+template <class F>
+PackedTokenScales<F>* FewTokenScales() {
+  thread_local const std::unique_ptr<PackedTokenScales<F>[]> scales(
+      new PackedTokenScales<F>[kMaxFewTokens]);
+  return scales.get();
+}
 
 // MatMulPacked for 2..kMaxFewTokens tokens: groups outer, tokens inner.
-// Each group (16 rows, nb packed blocks: a few KB) is streamed from memory
-// once by the first pass of tokens (kPassTokens: two in ggml's order, eight
-// in block sums; prefetching ahead, converting headers as they arrive, as
-// decode's MatVecPackedRows streams) and stays in L1 while the other passes
-// go over it; the tokens' scales are prepared once per product. The chunked
-// order of MatMulPackedRows, made for prefill's hundreds of tokens, instead
-// waited on memory in a header pass over each chunk and in the first pass
-// (a profile of a two-token pass showed half the product's time there), and
-// prepared every token's scales once per chunk. Same arithmetic per (row,
+// Each group (16 rows, nb packed blocks: 10 KB for the default model's
+// 576-wide Q4_1 rows, 139 KB for 8192-wide Q8_0 ones) is streamed from
+// memory once by the first pass of tokens (kPassTokens: two in ggml's order,
+// eight in block sums; prefetching ahead, converting headers as they arrive,
+// as decode's MatVecPackedRows streams) and stays in L1 or L2 while the
+// other passes go over it; the tokens' scales are prepared once per product.
+// The chunked order of MatMulPackedRows, made for prefill's hundreds of tokens,
+// instead waited on memory in a header pass over each chunk and in the first
+// pass (a profile of a two-token pass showed half the product's time there),
+// and prepared every token's scales once per chunk. Same arithmetic per (row,
 // token): bit for bit PackedGroupTokens' (or PackedGroupBlockSums')
 // results.
 template <class F, bool kBlockSums>
@@ -914,7 +931,7 @@ void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
   constexpr int kPass = kPassTokens<kBlockSums>;
   const int64_t group_bytes = nb * kBlockBytes;
   const int64_t act_row_bytes = nb * F::kActBytes;
-  PackedTokenScales<F> scales[kMaxFewTokens];
+  PackedTokenScales<F>* const scales = FewTokenScales<F>();
   const PackedTokenScales<F>* token_scales[kMaxFewTokens];
   for (int t = 0; t < n_tokens; ++t) {
     PreparePackedToken<F, kBlockSums>(act + t * act_row_bytes, nb, &scales[t]);

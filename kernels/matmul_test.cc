@@ -1153,9 +1153,10 @@ TEST_P(PackedArithmeticTest, MatMulEqualsTheScalarReferenceBitwise) {
       const GgmlType act_type = *VecDotType(type);
       const int64_t act_bytes = ActivationRowBytes(act_type, n);
       const int64_t row_bytes = static_cast<int64_t>(*GgmlTypeBytes(type, n));
-      // 2..16 tokens take the small-batch kernels (batched decode,
+      // 2..64 tokens take the small-batch kernels (batched decode,
       // verification passes), more the chunked prefill order.
-      for (const int tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 18, 40}) {
+      for (const int tokens :
+           {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 18, 40, 64, 65, 66}) {
         if (tokens == 1 && !block_sums) continue;  // MatVecEquals... above
         std::vector<uint8_t> a(act_bytes * tokens);
         for (int t = 0; t < tokens; ++t) {
