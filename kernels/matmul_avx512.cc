@@ -482,10 +482,33 @@ void LaneStarts(const uint8_t* act, int64_t nb, int32_t* starts) {
 }
 
 // -kLaneOffset * (sum of the block's 32 activations) for every block of one
-// activation row: the block-sum kernels' integer starts.
+// activation row: the block-sum kernels' integer starts. Eight blocks at a
+// time, their lane sums added across in one tree (two rounds of
+// horizontal adds and one of halves) instead of a full reduction per block:
+// prefill prepares each pass's tokens once per L2 chunk, every 16 rows of
+// an 8192-wide matrix, and there the reductions took 4.5 % of a 512-token
+// prefill of the 1B shape's Q8_0 (about an eighth of its products' time).
+// Integer sums: the same values in any order.
 template <class F>
 void BlockStarts(const uint8_t* act, int64_t nb, int32_t* starts) {
-  for (int64_t b = 0; b < nb; ++b) {
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    __m256i v[8];
+    for (int k = 0; k < 8; ++k) v[k] = ActivationLaneSums<F>(act, b + k);
+    // Per 128-bit half, each round adds neighbouring lanes: after two, half
+    // h of q0123 holds blocks 0..3's sums of lanes 4h..4h+3.
+    const __m256i q0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),
+                                            _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i q4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]),
+                                            _mm256_hadd_epi32(v[6], v[7]));
+    const __m256i sums =
+        _mm256_add_epi32(_mm256_permute2x128_si256(q0123, q4567, 0x20),
+                         _mm256_permute2x128_si256(q0123, q4567, 0x31));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(starts + b),
+        _mm256_mullo_epi32(sums, _mm256_set1_epi32(-F::kLaneOffset)));
+  }
+  for (; b < nb; ++b) {
     starts[b] = -F::kLaneOffset *
                 _mm512_reduce_add_epi32(
                     _mm512_zextsi256_si512(ActivationLaneSums<F>(act, b)));
