@@ -934,16 +934,16 @@ PackedTokenScales<F>* FewTokenScales() {
 }
 
 // MatMulPacked for 2..kMaxFewTokens tokens: groups outer, tokens inner.
-// Each group (16 rows, nb packed blocks: 10 KB for the default model's
-// 576-wide Q4_1 rows, 139 KB for 8192-wide Q8_0 ones) is streamed from
+// Each group (16 rows, nb packed blocks: 6 KB for the default model's
+// 576-wide Q4_1 rows, 147 KB for 8192-wide Q8_0 ones) is streamed from
 // memory once by the first pass of tokens (kPassTokens: two in ggml's order,
 // eight in block sums; prefetching ahead, converting headers as they arrive,
 // as decode's MatVecPackedRows streams) and stays in L1 or L2 while the
 // other passes go over it; the tokens' scales are prepared once per product.
 // The chunked order of MatMulPackedRows, made for prefill's hundreds of tokens,
-// instead waited on memory in a header pass over each chunk and in the first
-// pass (a profile of a two-token pass showed half the product's time there),
-// and prepared every token's scales once per chunk. Same arithmetic per (row,
+// prepares every pass's scales once per chunk (and, before it streamed its
+// first pass, waited on memory: a profile of a two-token pass showed half the
+// product's time there). Same arithmetic per (row,
 // token): bit for bit PackedGroupTokens' (or PackedGroupBlockSums')
 // results.
 template <class F, bool kBlockSums>
