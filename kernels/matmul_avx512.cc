@@ -940,12 +940,11 @@ PackedTokenScales<F>* FewTokenScales() {
 // eight in block sums; prefetching ahead, converting headers as they arrive,
 // as decode's MatVecPackedRows streams) and stays in L1 or L2 while the
 // other passes go over it; the tokens' scales are prepared once per product.
-// The chunked order of MatMulPackedRows, made for prefill's hundreds of tokens,
-// prepares every pass's scales once per chunk (and, before it streamed its
-// first pass, waited on memory: a profile of a two-token pass showed half the
-// product's time there). Same arithmetic per (row,
-// token): bit for bit PackedGroupTokens' (or PackedGroupBlockSums')
-// results.
+// The chunked order of MatMulPackedRows, made for prefill's hundreds of
+// tokens, prepares every pass's scales once per chunk (and, before it
+// streamed its first pass, waited on memory: a profile of a two-token pass
+// showed half the product's time there). Same arithmetic per (row, token):
+// bit for bit PackedGroupTokens' (or PackedGroupBlockSums') results.
 template <class F, bool kBlockSums>
 void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
                            int64_t row_end, const uint8_t* act, int n_tokens,
