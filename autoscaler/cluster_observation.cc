@@ -123,6 +123,11 @@ planner::Observation BuildObservation(const ObservationInput& in) {
                              &o.ttft_samples, &o.ttft_bucket);
   o.itl_s = LatencyQuantile(in, "pdserve_inter_token_latency_seconds",
                             &o.itl_samples, &o.itl_bucket);
+  if (o.itl_samples > 0) {
+    o.itl_mean_s =
+        HistogramSumIncrease(in, "pdserve_inter_token_latency_seconds") /
+        o.itl_samples;
+  }
 
   o.prefill.configured = in.prefill_configured;
   o.decode.configured = in.decode_configured;

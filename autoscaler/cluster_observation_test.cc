@@ -40,10 +40,11 @@ TEST(ClusterObservationTest, TheIntervalsLoadLatencyAndPoolsFromTheRouter) {
   options.model = "m";
   std::unique_ptr<router::RouterMetrics> m =
       *router::RouterMetrics::Create(&registry, options);
-  // Before the interval: 50 long prompts and slow first tokens.
+  // Before the interval: 50 long prompts, slow first tokens and gaps.
   for (int i = 0; i < 50; ++i) {
     m->request_prompt_tokens->Observe(4000);
     m->time_to_first_token->Observe(9.0);
+    m->inter_token_latency->Observe(1.0);
   }
   const metrics::ParsedMetrics before = Scrape(registry);
   // In it: 40 arrivals of 100 tokens, 30 finished with 60 tokens each,
@@ -101,6 +102,10 @@ TEST(ClusterObservationTest, TheIntervalsLoadLatencyAndPoolsFromTheRouter) {
   ASSERT_TRUE(o.itl_s.has_value());
   EXPECT_LT(*o.itl_s, 0.05);
   EXPECT_EQ(o.itl_samples, 1000);
+  // The interval's mean gap, from the histogram's sum and count (not the
+  // 1 s gaps before it).
+  ASSERT_TRUE(o.itl_mean_s.has_value());
+  EXPECT_NEAR(*o.itl_mean_s, 0.02, 1e-9);
   // The buckets the quantiles fell in: the router's own bounds around them.
   ASSERT_TRUE(o.ttft_bucket.has_value());
   EXPECT_LT(o.ttft_bucket->lower, 0.2);
@@ -133,6 +138,7 @@ TEST(ClusterObservationTest, AQuietIntervalHasNoLatencyAndNoLoad) {
   EXPECT_EQ(o.load.requests, 0);
   EXPECT_FALSE(o.ttft_s.has_value());
   EXPECT_FALSE(o.itl_s.has_value());
+  EXPECT_FALSE(o.itl_mean_s.has_value());
   EXPECT_EQ(o.prefill.ready, 0);
   EXPECT_EQ(o.decode.kv_usage, 0);
 }

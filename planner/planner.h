@@ -50,6 +50,11 @@ Sizing SizePrefill(const CapacityProfile& profile, const LoadEstimate& load,
 // context; the quantile batch is mean + z·√mean (Poisson streams).
 double PredictItl(const CapacityProfile& profile, const LoadEstimate& load,
                   int replicas, double quantile);
+// The mean inter-token gap: a token's step holds its own stream and a
+// Poisson count of others (mean: Little's law's streams), so the mean gap
+// is the step at one more stream than the mean batch.
+double PredictMeanItl(const CapacityProfile& profile, const LoadEstimate& load,
+                      int replicas);
 Sizing SizeDecode(const CapacityProfile& profile, const LoadEstimate& load,
                   double itl_target_s, double quantile, int max_replicas);
 
@@ -62,9 +67,9 @@ struct PoolObservation {
 
 // One interval, as the router's and workers' metrics give it
 // (docs/metrics.md): pdserve_requests_total / pdserve_prompt_tokens_total
-// increases, length histograms, TTFT and ITL quantiles over the interval,
-// pdserve_worker_requests_waiting, pdserve_kv_cache_usage_ratio,
-// pdserve_workers.
+// increases, length histograms, TTFT and ITL quantiles and the mean ITL
+// over the interval, pdserve_worker_requests_waiting,
+// pdserve_kv_cache_usage_ratio, pdserve_workers.
 struct Observation {
   double time_s = 0;  // end of the interval (any clock, seconds)
   IntervalLoad load;
@@ -73,12 +78,16 @@ struct Observation {
   // they come from; absent when the interval had none.
   std::optional<double> ttft_s, itl_s;
   double ttft_samples = 0, itl_samples = 0;
+  // The mean inter-token gap (the ITL histogram's sum over its count);
+  // absent when the interval had none.
+  std::optional<double> itl_mean_s;
   // When a quantile was read from a histogram (a live cluster's metrics):
   // the bucket it fell in, [lower, upper] bound (upper +Inf for the last).
   // The quantile is only known to lie in it, so a prediction inside the
-  // bucket agrees with the observation; the latency correction then
-  // compares the prediction with the bucket's nearest edge, never with a
-  // value interpolated inside a bucket twice as wide as it is low.
+  // bucket agrees with the observation; the TTFT correction then compares
+  // the prediction with the bucket's nearest edge, never with a value
+  // interpolated inside a bucket twice as wide as it is low (the ITL
+  // correction compares means).
   // Absent: the quantile is exact (the simulator).
   struct Bucket {
     double lower = 0, upper = 0;
@@ -125,6 +134,10 @@ struct PlannerOptions {
   double correction_alpha = 0.5;
   double min_correction = 1.0, max_correction = 3.0;
   double min_correction_samples = 50;
+  // ... and, where it compares a quantile (TTFT), with at least this many
+  // samples expected above it (samples x (1 - quantile)): a p99 of fewer
+  // than 200 samples is little more than their largest one.
+  double min_correction_tail_samples = 2;
   // Decode KV usage above this means more decode workers whatever the
   // model says: at least ready × usage / kv_usage_target.
   double kv_usage_high = 0.9, kv_usage_target = 0.75;
@@ -135,12 +148,19 @@ struct PoolDecision {
   std::string pool;  // "prefill" or "decode"
   int configured = 0, ready = 0;
   double correction = 1;  // observed / predicted latency ratio in use
+  // The latency quantile observed, and the model's at the observed load
+  // and the ready workers.
   std::optional<double> observed_latency_s;
-  double model_latency_s = 0;  // the model's, at the observed load and ready
-  int need = 0;                // for the forecast (corrected target)
-  int need_down = 0;           // with the hysteresis margin
-  int stabilized = 0;          // largest need_down over the window
-  int desired = 0;             // what the scaler is asked for
+  double model_latency_s = 0;
+  // What the correction compares, the same way: prefill the TTFT
+  // quantile, decode the mean inter-token gap (Planner::DecidePool says
+  // why).
+  std::optional<double> compared_observed_s;
+  double compared_model_s = 0;
+  int need = 0;                    // for the forecast (corrected target)
+  int need_down = 0;               // with the hysteresis margin
+  int stabilized = 0;              // largest need_down over the window
+  int desired = 0;                 // what the scaler is asked for
   double predicted_latency_s = 0;  // the model's, at the forecast and desired
   bool feasible = true;
   bool manual_hold = false;
@@ -153,7 +173,7 @@ struct Decision {
   double observed_rate = 0;
   double prompt_p50 = 0, prompt_p90 = 0, prompt_mean = 0;
   double output_p50 = 0, output_p90 = 0, output_mean = 0;
-  std::optional<double> observed_ttft_s, observed_itl_s;
+  std::optional<double> observed_ttft_s, observed_itl_s, observed_itl_mean_s;
   double prefill_queue_depth = 0, decode_kv_usage = 0;
   // Forecast.
   double forecast_rate = 0, forecast_level = 0, forecast_trend = 0;

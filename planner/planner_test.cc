@@ -120,6 +120,11 @@ class Loop {
     o.ttft_s = ttft;
     o.ttft_samples = ttft ? o.load.requests : 0;
     o.ttft_bucket = ttft_bucket;
+    if (itl_mean.has_value()) {
+      o.itl_s = itl_p99;
+      o.itl_mean_s = itl_mean;
+      o.itl_samples = o.load.requests * (output - 1);
+    }
     o.retries = retries;
     o.prefill = {prefill_, prefill_, prefill_queue, 0};
     o.decode = {decode_, decode_, 0, 0.3};
@@ -135,6 +140,8 @@ class Loop {
   int prefill() const { return prefill_; }
   // Requests retried elsewhere in every later interval.
   double retries = 0;
+  // The next intervals' inter-token gaps: mean and p99 (none: no gaps).
+  std::optional<double> itl_mean, itl_p99;
   int decode() const { return decode_; }
 
  private:
@@ -323,6 +330,55 @@ TEST(PlannerTest, AHistogramQuantileCorrectsOnlyBeyondItsBucket) {
   const double above = correction(3, 2, 4);
   EXPECT_GT(above, 1.8);
   EXPECT_LE(above, 2);
+}
+
+// A p99 from a few dozen samples is little more than their slowest one:
+// the correction learns only from intervals with at least two samples
+// expected above the quantile (200 for a p99).
+TEST(PlannerTest, AQuantileOfTooFewSamplesDoesNotCorrect) {
+  auto correction = [](double rate) {
+    Loop loop;
+    Decision d;
+    for (int i = 0; i < 8; ++i) {
+      const double model =
+          PredictTtft(Profile(), Load(rate, 128, 100), loop.prefill(), 0.99);
+      d = loop.Step(rate, 128, 100, 2.5 * model);
+    }
+    return d.prefill.correction;
+  };
+  EXPECT_EQ(correction(3), 1);    // 90 requests an interval: p99 = the max
+  EXPECT_EQ(correction(6.5), 1);  // 195
+  EXPECT_GT(correction(7), 2);    // 210
+}
+
+// Decode corrects from the mean inter-token gap: the p99 of gaps is set by
+// rare slow ones (each stream's first, after its hand-off from prefill)
+// that the profile's step times leave out and more workers do not shorten.
+TEST(PlannerTest, DecodeCorrectsFromTheMeanGapNotItsTail) {
+  auto run = [](double mean_factor, double p99_factor) {
+    Loop loop;
+    Decision d;
+    for (int i = 0; i < 16; ++i) {
+      const LoadEstimate load = Load(10, 128, 100);
+      loop.itl_mean =
+          mean_factor * PredictMeanItl(Profile(), load, loop.decode());
+      loop.itl_p99 =
+          p99_factor * PredictItl(Profile(), load, loop.decode(), 0.99);
+      d = loop.Step(10);
+    }
+    return d;
+  };
+  const Decision plain = run(1, 1);
+  EXPECT_EQ(plain.decode.correction, 1);
+  // Hand-off gaps put the p99 at 3x the model's; the mean is the model's.
+  const Decision tail = run(1, 3);
+  EXPECT_EQ(tail.decode.correction, 1);
+  EXPECT_EQ(tail.decode.desired, plain.decode.desired);
+  // Steps 2x slower than profiled: the mean shows it.
+  const Decision slow = run(2, 2);
+  EXPECT_GT(slow.decode.correction, 1.8);
+  EXPECT_GT(slow.decode.desired, plain.decode.desired);
+  EXPECT_THAT(slow.decode.reasons[0], HasSubstr("latency correction"));
 }
 
 // A retry (a worker failed, or a drained one handed its queue back) makes

@@ -23,7 +23,9 @@ class LogHistogram {
     }
     ++counts_[i];
     ++count_;
+    sum_ += v;
   }
+  double Mean() const { return count_ > 0 ? sum_ / count_ : 0; }
   // The upper edge of the bin holding the quantile (within 1 %).
   double Quantile(double q) const {
     if (count_ == 0) return 0;
@@ -39,6 +41,7 @@ class LogHistogram {
   void Clear() {
     std::fill(counts_.begin(), counts_.end(), 0);
     count_ = 0;
+    sum_ = 0;
   }
 
  private:
@@ -47,6 +50,7 @@ class LogHistogram {
   static inline const double kLogStep = std::log(1.01);
   std::vector<int64_t> counts_;
   int64_t count_ = 0;
+  double sum_ = 0;
 };
 
 double Quantile(std::vector<double> v, double q) {
@@ -380,6 +384,7 @@ class Sim {
     if (interval_itl_.count() > 0) {
       o.itl_s = interval_itl_.Quantile(o_.quantile);
       o.itl_samples = interval_itl_.count();
+      o.itl_mean_s = interval_itl_.Mean();
     }
     auto observe = [&](bool prefill) {
       const std::vector<Worker>& pool = prefill ? prefill_ : decode_;
