@@ -43,6 +43,7 @@
 
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 namespace pdserve::kernels::internal {
 namespace {
@@ -596,22 +597,20 @@ void MatVecPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
   }
 }
 
-// Per token of a multi-token product on packed weights: the activation
-// row's block scales as floats and, where the format needs them, its lane
-// starts (as MatVecPackedRows computes them), so that the group loop below
-// broadcasts each from memory instead of converting it once per group.
+// Per token of a multi-token product on packed weights in ggml's order:
+// the activation row's block scales as floats and, where the format needs
+// them, its lane starts (as MatVecPackedRows computes them), so that the
+// group loop below broadcasts each from memory instead of converting it
+// once per group.
 template <class F>
 struct PackedTokenScales {
   const uint8_t* row;  // the token's activation row
   float d[kMaxAvx512Blocks];
   float s[F::kHasMin ? kMaxAvx512Blocks : 1];
   int32_t starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks * 8 : 1];
-  // Block sums (kBlockSums): -kLaneOffset * (sum of the block's 32
-  // activations), where the whole block's integer sum starts.
-  int32_t block_starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks : 1];
 };
 
-template <class F, bool kBlockSums = false>
+template <class F>
 void PreparePackedToken(const uint8_t* act, int64_t nb,
                         PackedTokenScales<F>* out) {
   out->row = act;
@@ -620,11 +619,44 @@ void PreparePackedToken(const uint8_t* act, int64_t nb,
     out->d[b] = LoadHalf(ab);
     if constexpr (F::kHasMin) out->s[b] = LoadHalf(ab + 2);
   }
-  if constexpr (F::kLaneOffset != 0) {
-    if constexpr (kBlockSums) {
-      BlockStarts<F>(act, nb, out->block_starts);
-    } else {
-      LaneStarts<F>(act, nb, out->starts);
+  if constexpr (F::kLaneOffset != 0) LaneStarts<F>(act, nb, out->starts);
+}
+
+// One pass of up to kPassTokens<true> tokens in the block-sum arithmetic,
+// block-major: per block, every token's 32 activation quants, then its
+// scale, (Q4_1) sum scale and block start (-kLaneOffset x the sum of the
+// block's activations, where its integer sum starts), side by side. The
+// kernel walks the blocks with one pointer per array and a constant offset
+// per token. Per-token arrays (PackedTokenScales and the activation rows)
+// took a pointer per token and array, 24 for eight tokens: more than the
+// general registers, so the kernel spilled them and reloaded them every
+// block, and 24 streams for the prefetchers.
+template <class F>
+struct BlockSumsPass {
+  static constexpr int kSlots = 8;
+  alignas(64) uint8_t y[kMaxAvx512Blocks][kSlots][32];
+  alignas(64) float d[kMaxAvx512Blocks][kSlots];
+  alignas(64) float s[F::kHasMin ? kMaxAvx512Blocks : 1][kSlots];
+  alignas(64) int32_t
+      block_starts[F::kLaneOffset != 0 ? kMaxAvx512Blocks : 1][kSlots];
+};
+
+// Fills pass slots 0..n-1 from n activation rows act_row_bytes apart.
+template <class F>
+void PrepareBlockSumsPass(const uint8_t* act, int64_t act_row_bytes, int n,
+                          int64_t nb, BlockSumsPass<F>* out) {
+  for (int t = 0; t < n; ++t) {
+    const uint8_t* row = act + t * act_row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* ab = row + b * F::kActBytes;
+      std::memcpy(out->y[b][t], ab + F::kActQuantOffset, 32);
+      out->d[b][t] = LoadHalf(ab);
+      if constexpr (F::kHasMin) out->s[b][t] = LoadHalf(ab + 2);
+    }
+    if constexpr (F::kLaneOffset != 0) {
+      int32_t starts[kMaxAvx512Blocks];
+      BlockStarts<F>(row, nb, starts);
+      for (int64_t b = 0; b < nb; ++b) out->block_starts[b][t] = starts[b];
     }
   }
 }
@@ -756,12 +788,11 @@ void PackedGroupTokens(const uint8_t* group, float* header_floats, int64_t nb,
 // enough) and the mins in a loop of their own after the products (their
 // registers would spill). Integer sums are exact and the mins are their own
 // chain in block order either way, so the results do not depend on T.
-// Arguments as PackedGroupTokens'; the scales are prepared with block
-// starts (PreparePackedToken<F, true>).
+// Arguments as PackedGroupTokens', but the tokens' activations come as
+// one BlockSumsPass (slots 0..T-1).
 template <class F, int T, bool kStream = false>
 void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
-                          int64_t nb,
-                          const PackedTokenScales<F>* const scales[],
+                          int64_t nb, const BlockSumsPass<F>* pass,
                           float* const out[], __mmask16 store_mask) {
   constexpr int kBlockBytes = PackedBlockBytes<F>();
   constexpr int kChains = T > 4 ? 1 : 2;
@@ -780,7 +811,7 @@ void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       if constexpr (F::kLaneOffset != 0) {
-        sums[0][t] = _mm512_set1_epi32(scales[t]->block_starts[b]);
+        sums[0][t] = _mm512_set1_epi32(pass->block_starts[b][t]);
       } else {
         sums[0][t] = FreshZero();
       }
@@ -789,8 +820,8 @@ void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
     auto lane = [&](int i, __m512i w) {
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        const __m512i yi = _mm512_set1_epi32(static_cast<int>(LoadU32(
-            scales[t]->row + b * F::kActBytes + F::kActQuantOffset + 4 * i)));
+        const __m512i yi =
+            _mm512_set1_epi32(static_cast<int>(LoadU32(pass->y[b][t] + 4 * i)));
         sums[i % kChains][t] = _mm512_dpbusd_epi32(sums[i % kChains][t], w, yi);
       }
     };
@@ -798,13 +829,13 @@ void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
     const __m512 dw = _mm512_loadu_ps(hf);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(scales[t]->d[b]));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(pass->d[b][t]));
       __m512i sum = sums[0][t];
       if constexpr (kChains == 2) sum = _mm512_add_epi32(sum, sums[1][t]);
       acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc[t]);
       if constexpr (F::kHasMin && !kMinsAfter) {
         mins[t] = _mm512_fmadd_ps(_mm512_loadu_ps(hf + 16),
-                                  _mm512_set1_ps(scales[t]->s[b]), mins[t]);
+                                  _mm512_set1_ps(pass->s[b][t]), mins[t]);
       }
     }
   }
@@ -814,7 +845,7 @@ void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
           _mm512_loadu_ps(header_floats + b * HeaderFloats<F>() + 16);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        mins[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(scales[t]->s[b]), mins[t]);
+        mins[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(pass->s[b][t]), mins[t]);
       }
     }
   }
@@ -831,11 +862,17 @@ void PackedGroupBlockSums(const uint8_t* group, float* header_floats,
 template <bool kBlockSums>
 inline constexpr int kPassTokens = kBlockSums ? 8 : 2;
 
+// A pass's tokens' activations as the arithmetic's kernels take them:
+// block sums one BlockSumsPass, ggml's order each token's scales.
+template <class F, bool kBlockSums>
+using PassActivations = std::conditional_t<kBlockSums, const BlockSumsPass<F>*,
+                                           const PackedTokenScales<F>* const*>;
+
 // One pass of n (1..kPassTokens) tokens over a packed group, in the
 // arithmetic kBlockSums names.
 template <class F, bool kBlockSums, bool kStream = false>
 void GroupPass(int n, const uint8_t* group, float* header_floats, int64_t nb,
-               const PackedTokenScales<F>* const scales[], float* const out[],
+               PassActivations<F, kBlockSums> scales, float* const out[],
                __mmask16 mask) {
   if constexpr (kBlockSums) {
     switch (n) {
@@ -921,17 +958,63 @@ void MatVecPackedBlockSums(const uint8_t* packed, int64_t nb, int64_t row_begin,
 // ran 136 tokens/s that way where batch 16 ran 157.
 inline constexpr int kMaxFewTokens = 64;
 
-// This thread's scales for up to kMaxFewTokens tokens (Q8_0 in ggml's order:
-// 20 KB per token). Not on the stack: 1.3 MB there would overflow a thread
+// This thread's buffer of kCount T's: the products' prepared activations
+// (Q8_0 in ggml's order: up to 20 KB per token; in block sums up to 160 KB
+// per pass of eight tokens). Not on the stack: 1.3 MB there would overflow a
+// thread
 // started with a small stack (and ASan's redzones enlarge it further).
-// Allocated once per thread and format; only what the products prepare is
+// Allocated once per thread and type; only what the products prepare is
 // ever touched.
-template <class F>
-PackedTokenScales<F>* FewTokenScales() {
-  thread_local const std::unique_ptr<PackedTokenScales<F>[]> scales(
-      new PackedTokenScales<F>[kMaxFewTokens]);
-  return scales.get();
+template <class T, int kCount>
+T* ThreadBuffer() {
+  thread_local const std::unique_ptr<T[]> buffer(new T[kCount]);
+  return buffer.get();
 }
+
+// The activations of up to kMaxFewTokens tokens of one product, prepared
+// once in the form the arithmetic's kernels take (PassActivations): Pass(t0)
+// for the pass of tokens t0.. (t0 a multiple of kPassTokens). In this
+// thread's buffer, which MatMulPackedFewTokens and MatMulPackedRows share
+// (neither calls the other).
+template <class F, bool kBlockSums>
+class PreparedTokens;
+
+template <class F>
+class PreparedTokens<F, true> {
+ public:
+  void Prepare(const uint8_t* act, int64_t act_row_bytes, int n_tokens,
+               int64_t nb) {
+    for (int t0 = 0; t0 < n_tokens; t0 += kPass) {
+      const int n = n_tokens - t0 < kPass ? n_tokens - t0 : kPass;
+      PrepareBlockSumsPass<F>(act + t0 * act_row_bytes, act_row_bytes, n, nb,
+                              &passes_[t0 / kPass]);
+    }
+  }
+  PassActivations<F, true> Pass(int t0) const { return &passes_[t0 / kPass]; }
+
+ private:
+  static constexpr int kPass = kPassTokens<true>;
+  BlockSumsPass<F>* const passes_ =
+      ThreadBuffer<BlockSumsPass<F>, kMaxFewTokens / kPass>();
+};
+
+template <class F>
+class PreparedTokens<F, false> {
+ public:
+  void Prepare(const uint8_t* act, int64_t act_row_bytes, int n_tokens,
+               int64_t nb) {
+    for (int t = 0; t < n_tokens; ++t) {
+      PreparePackedToken<F>(act + t * act_row_bytes, nb, &scales_[t]);
+      pointers_[t] = &scales_[t];
+    }
+  }
+  PassActivations<F, false> Pass(int t0) const { return pointers_ + t0; }
+
+ private:
+  PackedTokenScales<F>* const scales_ =
+      ThreadBuffer<PackedTokenScales<F>, kMaxFewTokens>();
+  const PackedTokenScales<F>* pointers_[kMaxFewTokens];
+};
 
 // MatMulPacked for 2..kMaxFewTokens tokens: groups outer, tokens inner.
 // Each group (16 rows, nb packed blocks: 6 KB for the default model's
@@ -952,13 +1035,8 @@ void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
   constexpr int64_t kBlockBytes = PackedBlockBytes<F>();
   constexpr int kPass = kPassTokens<kBlockSums>;
   const int64_t group_bytes = nb * kBlockBytes;
-  const int64_t act_row_bytes = nb * F::kActBytes;
-  PackedTokenScales<F>* const scales = FewTokenScales<F>();
-  const PackedTokenScales<F>* token_scales[kMaxFewTokens];
-  for (int t = 0; t < n_tokens; ++t) {
-    PreparePackedToken<F, kBlockSums>(act + t * act_row_bytes, nb, &scales[t]);
-    token_scales[t] = &scales[t];
-  }
+  PreparedTokens<F, kBlockSums> tokens;
+  tokens.Prepare(act, nb * F::kActBytes, n_tokens, nb);
   alignas(64) float header_floats[kMaxAvx512Blocks * HeaderFloats<F>()];
   float* outs[kMaxFewTokens];
   for (int64_t g0 = row_begin; g0 < row_end; g0 += kPackRows) {
@@ -970,9 +1048,9 @@ void MatMulPackedFewTokens(const uint8_t* packed, int64_t nb, int64_t row_begin,
       const int n = n_tokens - t0 < kPass ? n_tokens - t0 : kPass;
       if (t0 == 0) {  // the pass that streams the group and its headers
         GroupPass<F, kBlockSums, true>(n, group, header_floats, nb,
-                                       token_scales + t0, outs + t0, mask);
+                                       tokens.Pass(t0), outs + t0, mask);
       } else {
-        GroupPass<F, kBlockSums>(n, group, header_floats, nb, token_scales + t0,
+        GroupPass<F, kBlockSums>(n, group, header_floats, nb, tokens.Pass(t0),
                                  outs + t0, mask);
       }
     }
@@ -997,21 +1075,15 @@ void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
   int64_t chunk_rows = kChunkBytes / group_bytes * kPackRows;
   if (chunk_rows < kPackRows) chunk_rows = kPackRows;
   const int64_t act_row_bytes = nb * F::kActBytes;
-  // At most about 270 KB on the stack (eight Q8_0 tokens' scales and a
-  // chunk's headers): see Run.
-  PackedTokenScales<F> scales[kPass];
-  const PackedTokenScales<F>* token_scales[kPass];
-  for (int t = 0; t < kPass; ++t) token_scales[t] = &scales[t];
+  PreparedTokens<F, kBlockSums> tokens;
+  // A chunk's headers, at most about 105 KB (Q4_1) on the stack: see Run.
   alignas(64) float header_floats[kMaxChunkGroupBlocks * HeaderFloats<F>()];
   float* outs[kPass];
   for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
     const int64_t c1 = c0 + chunk_rows < row_end ? c0 + chunk_rows : row_end;
     for (int t0 = 0; t0 < n_tokens; t0 += kPass) {
       const int n = n_tokens - t0 < kPass ? n_tokens - t0 : kPass;
-      for (int t = 0; t < n; ++t) {
-        PreparePackedToken<F, kBlockSums>(act + (t0 + t) * act_row_bytes, nb,
-                                          &scales[t]);
-      }
+      tokens.Prepare(act + t0 * act_row_bytes, act_row_bytes, n, nb);
       for (int64_t g0 = c0; g0 < c1; g0 += kPackRows) {
         const uint8_t* group = packed + g0 / kPackRows * group_bytes;
         float* group_headers =
@@ -1021,9 +1093,9 @@ void MatMulPackedRows(const uint8_t* packed, int64_t nb, int64_t row_begin,
         for (int t = 0; t < n; ++t) outs[t] = out + (t0 + t) * out_stride + g0;
         if (t0 == 0) {  // the pass that streams the chunk and its headers
           GroupPass<F, kBlockSums, true>(n, group, group_headers, nb,
-                                         token_scales, outs, mask);
+                                         tokens.Pass(0), outs, mask);
         } else {
-          GroupPass<F, kBlockSums>(n, group, group_headers, nb, token_scales,
+          GroupPass<F, kBlockSums>(n, group, group_headers, nb, tokens.Pass(0),
                                    outs, mask);
         }
       }
