@@ -872,14 +872,14 @@ using PassActivations = std::conditional_t<kBlockSums, const BlockSumsPass<F>*,
 // arithmetic kBlockSums names.
 template <class F, bool kBlockSums, bool kStream = false>
 void GroupPass(int n, const uint8_t* group, float* header_floats, int64_t nb,
-               PassActivations<F, kBlockSums> scales, float* const out[],
+               PassActivations<F, kBlockSums> tokens, float* const out[],
                __mmask16 mask) {
   if constexpr (kBlockSums) {
     switch (n) {
 #define PD_BLOCK_SUMS_CASE(T)                                            \
   case T:                                                                \
     return PackedGroupBlockSums<F, T, kStream>(group, header_floats, nb, \
-                                               scales, out, mask);
+                                               tokens, out, mask);
       PD_BLOCK_SUMS_CASE(1)
       PD_BLOCK_SUMS_CASE(2)
       PD_BLOCK_SUMS_CASE(3)
@@ -890,13 +890,13 @@ void GroupPass(int n, const uint8_t* group, float* header_floats, int64_t nb,
 #undef PD_BLOCK_SUMS_CASE
       default:
         return PackedGroupBlockSums<F, 8, kStream>(group, header_floats, nb,
-                                                   scales, out, mask);
+                                                   tokens, out, mask);
     }
   } else if (n == 2) {
-    PackedGroupTokens<F, 2, kStream>(group, header_floats, nb, scales, out,
+    PackedGroupTokens<F, 2, kStream>(group, header_floats, nb, tokens, out,
                                      mask);
   } else {
-    PackedGroupTokens<F, 1, kStream>(group, header_floats, nb, scales, out,
+    PackedGroupTokens<F, 1, kStream>(group, header_floats, nb, tokens, out,
                                      mask);
   }
 }
@@ -960,11 +960,10 @@ inline constexpr int kMaxFewTokens = 64;
 
 // This thread's buffer of kCount T's: the products' prepared activations
 // (Q8_0 in ggml's order: up to 20 KB per token; in block sums up to 160 KB
-// per pass of eight tokens). Not on the stack: 1.3 MB there would overflow a
-// thread
-// started with a small stack (and ASan's redzones enlarge it further).
-// Allocated once per thread and type; only what the products prepare is
-// ever touched.
+// per pass of eight tokens). Not on the stack: 1.3 MB there would overflow
+// a thread started with a small stack (and ASan's redzones enlarge it
+// further). Allocated once per thread and type; only what the products
+// prepare is ever touched.
 template <class T, int kCount>
 T* ThreadBuffer() {
   thread_local const std::unique_ptr<T[]> buffer(new T[kCount]);

@@ -78,6 +78,15 @@ TEST(SizingTest, DecodeUsesLittlesLawAndTheProfilesStepTime) {
   EXPECT_FALSE(SizeDecode(p, load, 0.01, 0.99, 1000).feasible);
   // Overloaded: the model says so rather than a number.
   EXPECT_GE(PredictItl(p, Load(50, 128, 100), 1, 0.99), 1e6);
+  // The mean gap a token sees (one worker is overloaded here): its step
+  // holds the mean batch (the median step's) and the token's own stream,
+  // and stays under the p99.
+  for (int n : {2, 4, 8}) {
+    const double mean = PredictMeanItl(p, load, n);
+    EXPECT_GT(mean, PredictItl(p, load, n, 0.5)) << n;
+    EXPECT_LT(mean, PredictItl(p, load, n, 0.99)) << n;
+  }
+  EXPECT_GT(PredictMeanItl(p, load, 2), PredictMeanItl(p, load, 4));
 }
 
 // The rate a warm planner sizes for at a steady observed rate: the
