@@ -157,6 +157,14 @@ def table(result):
             " tokens/s (" + " / ".join(
                 f"{r[f'sweep_{b}x']:.2f}x" for b in (2, 4, 8, 16)) + ")",
         ]
+        # Old result files predate the hand-off figures.
+        if "pool_handoff_first_ns" in m["rounds"][0]["pdserve_2t"]:
+            lines.append(
+                "  pool hand-off, 2 threads, first/last per round: " +
+                ", ".join(f"{r['pdserve_2t']['pool_handoff_first_ns']:.0f}/"
+                          f"{r['pdserve_2t']['pool_handoff_last_ns']:.0f}"
+                          for r in m["rounds"]) +
+                " ns (several hundred: the host put the vCPUs far apart)")
         for goal, figure, met in goal_lines(name, m):
             lines.append(f"  goal {goal:38s} {figure:6.2f}  "
                          f"{'met' if met else 'MISSED'}")
