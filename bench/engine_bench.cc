@@ -159,16 +159,17 @@ double ReadBandwidthGbps(common::ThreadPool& pool, int runs) {
 }
 
 // Median ns of an empty ParallelFor on `pool` (one item per thread): what
-// handing a loop to the workers and waiting for them costs, about two
-// cache-line transfers between the threads' CPUs. A decode step runs a few
-// hundred such loops. On a VM the host places the vCPUs near each other
-// (sharing an L3) or far apart, and moves them over minutes: on the Zen 4
-// VM of bench/results a cache line crossed between the two vCPUs in about
-// 55 ns or about 330 ns, and the default model's two-thread batch 8 ran
-// about 1600 or about 1190 tokens/s with it, while two one-thread
-// processes side by side ran at full speed either way. So every run
-// reports this, first and last, beside its two-thread figures. 0 with one
-// thread.
+// handing a loop to the workers and waiting for them costs, a few
+// cache-line transfers between the threads' CPUs (the published loop, the
+// caller's function object, the count of unfinished chunks). A decode step
+// runs a few hundred such loops. On a VM the host places the vCPUs near
+// each other (sharing an L3) or far apart, and moves them over seconds to
+// minutes: on the Zen 4 VM of bench/results a cache line crossed between
+// the two vCPUs in about 55 ns or about 330 ns, and the default model's
+// two-thread batch 8 ran about 1600 or about 1190 tokens/s with it, while
+// two one-thread processes side by side ran at full speed either way. So
+// every run reports this, first and last, beside its two-thread figures.
+// 0 with one thread.
 double PoolHandOffNs(common::ThreadPool& pool) {
   if (pool.num_threads() < 2) return 0;
   constexpr int kCalls = 20000;

@@ -161,9 +161,9 @@ def table(result):
         if "pool_handoff_first_ns" in m["rounds"][0]["pdserve_2t"]:
             lines.append(
                 "  pool hand-off, 2 threads, first/last per round: " +
-                ", ".join(f"{r['pdserve_2t']['pool_handoff_first_ns']:.0f}/"
-                          f"{r['pdserve_2t']['pool_handoff_last_ns']:.0f}"
-                          for r in m["rounds"]) +
+                ", ".join(f"{rd['pdserve_2t']['pool_handoff_first_ns']:.0f}/"
+                          f"{rd['pdserve_2t']['pool_handoff_last_ns']:.0f}"
+                          for rd in m["rounds"]) +
                 " ns (several hundred: the host put the vCPUs far apart)")
         for goal, figure, met in goal_lines(name, m):
             lines.append(f"  goal {goal:38s} {figure:6.2f}  "
