@@ -10,6 +10,12 @@
 //     how far apart the host has put the threads' CPUs while the figures
 //     were taken (see PoolHandOffNs);
 //   - prefill tokens/s for prompts of 128 and 512 tokens (no prefix cache);
+//   - the products' compute ceiling: a token's matrix products (every
+//     layer's and the output head's multiply-adds) at the multiply pipes'
+//     limit for the arithmetic's instruction mix, measured on every thread
+//     at once (bench/pipe_ceiling.h): what no batch can beat, since a batch
+//     still does every token's products (it is an upper bound: attention,
+//     norms and quantization come on top);
 //   - single-stream decode tokens/s (128 tokens after a 16-token prompt;
 //     --decode_prompt_tokens for a longer context), and its ratio to the decode
 //     roofline: bandwidth / bytes of weights one decode step reads;
@@ -50,6 +56,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/pipe_ceiling.h"
 #include "common/thread_pool.h"
 #include "engine/model_runner.h"
 #include "kernels/matmul.h"
@@ -217,6 +224,7 @@ struct Results {
   double decode_single = 0;
   std::vector<std::pair<int, double>> batched;
   double roofline = 0;
+  bench::ProductsCeiling ceiling;
   // Decode tokens/s with metrics recorded and without, by batch size.
   struct MetricsCost {
     int batch = 0;
@@ -270,6 +278,8 @@ int Main() {
   const double step_bytes =
       m.weights().matrix_bytes + m.weights().token_embedding.row_bytes;
   r.roofline = r.bandwidth_gbps * 1e9 / step_bytes;
+  r.ceiling = bench::MeasureProductsCeiling(m.weights(),
+                                            options.matmul_arithmetic, pool);
 
   const std::string only = absl::GetFlag(FLAGS_only);
   const std::vector<std::string> parts = absl::StrSplit(only, ',');
@@ -456,12 +466,15 @@ int Main() {
       "pool hand-off              %8.0f ns first, %.0f ns last (an empty "
       "parallel loop)\n"
       "decode roofline            %8.1f tokens/s (%.1f MB read per token)\n"
+      "products' compute ceiling  %8.1f tokens/s (%.0f M multiply-adds per "
+      "token at %.1f GMAC/s)\n"
       "prefill, 128-token prompt  %8.1f tokens/s\n"
       "prefill, 512-token prompt  %8.1f tokens/s\n"
       "decode, single stream      %8.1f tokens/s (%.2f of the roofline)\n",
       m.name(), m.quantization(), runner.num_threads(), arithmetic, runs,
       decode_prompt_tokens, r.bandwidth_gbps, r.handoff_first_ns,
-      r.handoff_last_ns, r.roofline, step_bytes / 1e6, r.prefill_128,
+      r.handoff_last_ns, r.roofline, step_bytes / 1e6, r.ceiling.tokens_per_s,
+      r.ceiling.macs_per_token / 1e6, r.ceiling.gmacs, r.prefill_128,
       r.prefill_512, r.decode_single, r.decode_single / r.roofline);
   for (const auto& [batch, tps] : r.batched) {
     std::cout << absl::StrFormat(
@@ -498,11 +511,14 @@ int Main() {
         "%.1f, \"decode_roofline_tps\": "
         "%.3f, \"bytes_per_decode_step\": %.0f, \"prefill_128_tps\": %.3f, "
         "\"prefill_512_tps\": %.3f, \"decode_single_tps\": %.3f, "
-        "\"decode_roofline_ratio\": %.4f, \"batched_decode_tps\": {",
+        "\"decode_roofline_ratio\": %.4f, \"macs_per_token\": %.0f, "
+        "\"products_ceiling_gmacs\": %.3f, \"products_ceiling_tps\": %.3f, "
+        "\"batched_decode_tps\": {",
         m.name(), m.quantization(), runner.num_threads(), arithmetic, runs,
         decode_prompt_tokens, r.bandwidth_gbps, r.handoff_first_ns,
         r.handoff_last_ns, r.roofline, step_bytes, r.prefill_128, r.prefill_512,
-        r.decode_single, r.decode_single / r.roofline);
+        r.decode_single, r.decode_single / r.roofline, r.ceiling.macs_per_token,
+        r.ceiling.gmacs, r.ceiling.tokens_per_s);
     std::vector<std::string> parts;
     for (const auto& [batch, tps] : r.batched) {
       parts.push_back(absl::StrFormat("\"%d\": %.3f", batch, tps));

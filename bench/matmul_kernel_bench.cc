@@ -17,16 +17,16 @@
 // order, up to eight in block sums).
 // Counters: weight bytes read per second (GB/s) and integer multiply-adds
 // per second (GMAC/s). "Scalar" cases run VecDotReference row by row, the
-// reference every SIMD kernel equals bit for bit. "BlockSumsCeiling" cases
-// run the block-sums kernels' instruction mix on registers alone: the most
-// GMAC/s this core gives that arithmetic, to set the kernels against.
-#include <immintrin.h>
-
+// reference every SIMD kernel equals bit for bit. "BlockSumsCeiling" and
+// "GgmlCeiling" cases run the packed kernels' instruction mix in each
+// arithmetic on registers alone (bench/pipe_ceiling.h): the most GMAC/s
+// this core gives that arithmetic, to set the kernels against.
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "bench/pipe_ceiling.h"
 #include "benchmark/benchmark.h"
 #include "common/huge_page_buffer.h"
 #include "kernels/ggml_type.h"
@@ -149,95 +149,39 @@ void BM_PackedMatMul(
   SetCounters(state, rows, cols, tokens, o.row_bytes);
 }
 
-// The machine's ceiling for the block-sums kernels, without memory: eight
-// tokens' chains of eight vpdpbusd (a block's 512 multiply-adds for 16 rows
-// each), as PackedGroupBlockSums runs them, followed by the float operations
-// it adds per (token, block): none ("vnni_only", the sums carried on), the
-// scale multiply, conversion and multiply-add (Q8_0), and the mins'
-// multiply-add besides (Q4_1). On Zen 4 a 512-bit vpdpbusd takes both
-// 256-bit multiply pipes, and so do the float multiplies, so the float work
-// is not free: it lowers the ceiling the kernels can reach. Counter: GMAC/s
-// (integer multiply-adds, as the product cases count them).
-constexpr int kCeilingTokens = 8;
-
-// A zero register as its own zeroing idiom (as the kernels' FreshZero).
-__attribute__((target("avx512f"))) inline __m512i FreshZero() {
-  __m512i z;
-  asm volatile("vpxord %0, %0, %0" : "=v"(z));
-  return z;
-}
-
-// int32 to float; maskz: the plain form trips GCC 12's -Wuninitialized.
-__attribute__((target("avx512f"))) inline __m512 ToFloat(__m512i v) {
-  return _mm512_maskz_cvtepi32_ps(0xFFFF, v);
-}
-
-template <int kFloatOps>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void BlockSumsShape(
-    int64_t blocks, const float* scales, float* out) {
-  constexpr int T = kCeilingTokens;
-  __m512i w = _mm512_set1_epi8(3);
-  __m512i y = _mm512_set1_epi32(0x01020304);
-  const __m512 dw = _mm512_set1_ps(0.5f), mw = _mm512_set1_ps(0.25f);
-  __m512 acc[T], mins[T];
-  __m512i carried[T];
-  for (int t = 0; t < T; ++t) {
-    acc[t] = mins[t] = _mm512_setzero_ps();
-    carried[t] = _mm512_setzero_si512();
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-    asm volatile("" : "+v"(w), "+v"(y));  // a new block's operands
-    __m512i sums[T];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      sums[t] = kFloatOps == 0 ? carried[t] : FreshZero();
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) sums[t] = _mm512_dpbusd_epi32(sums[t], w, y);
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      if constexpr (kFloatOps == 0) carried[t] = sums[t];
-      if constexpr (kFloatOps >= 3) {
-        const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(scales[t]));
-        acc[t] = _mm512_fmadd_ps(d, ToFloat(sums[t]), acc[t]);
-      }
-      if constexpr (kFloatOps >= 4) {
-        mins[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(scales[T + t]), mins[t]);
-      }
-    }
-  }
-  __m512 total = _mm512_setzero_ps();
-  for (int t = 0; t < T; ++t) {
-    total = _mm512_add_ps(total, _mm512_add_ps(acc[t], mins[t]));
-    total = _mm512_add_ps(total, ToFloat(carried[t]));
-  }
-  _mm512_storeu_ps(out, total);
-}
-
-template <int kFloatOps>
-void BM_BlockSumsCeiling(benchmark::State& state) {
+// The machine's ceiling for the packed kernels, without memory
+// (bench/pipe_ceiling.h): their instruction mix on registers alone, block
+// sums' eight vpdpbusd per (token, block) with no float work ("vnni_only"),
+// with the scale multiply, conversion and multiply-add (Q8_0) and the mins'
+// multiply-add besides (Q4_1); and ggml's order's per-lane conversion and
+// multiply-add. Counter: GMAC/s (integer multiply-adds, as the product cases
+// count them).
+template <PipeMix kMix>
+void BM_PipeCeiling(benchmark::State& state) {
   if (!__builtin_cpu_supports("avx512vnni") ||
       !__builtin_cpu_supports("avx512bw")) {
     state.SkipWithError("no AVX-512 VNNI on this CPU");
     return;
   }
   constexpr int64_t kBlocks = 4096;
-  std::vector<float> scales(2 * kCeilingTokens, 0.75f), out(16);
+  float out[16];
+  int64_t macs = 0;
   for (auto _ : state) {
-    BlockSumsShape<kFloatOps>(kBlocks, scales.data(), out.data());
-    benchmark::DoNotOptimize(out.data());
+    macs += RunPipeMix(kMix, kBlocks, out);
+    benchmark::DoNotOptimize(out);
   }
-  state.counters["GMAC/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * kBlocks *
-                             kCeilingTokens * 16 * 32 / 1e9,
-                         benchmark::Counter::kIsRate);
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(macs) / 1e9,
+                                                benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_BlockSumsCeiling<0>)->Name("BM_BlockSumsCeiling/vnni_only");
-BENCHMARK(BM_BlockSumsCeiling<3>)->Name("BM_BlockSumsCeiling/q8_0");
-BENCHMARK(BM_BlockSumsCeiling<4>)->Name("BM_BlockSumsCeiling/q4_1");
+BENCHMARK(BM_PipeCeiling<PipeMix::kVnniOnly>)
+    ->Name("BM_BlockSumsCeiling/vnni_only");
+BENCHMARK(BM_PipeCeiling<PipeMix::kBlockSums>)
+    ->Name("BM_BlockSumsCeiling/q8_0");
+BENCHMARK(BM_PipeCeiling<PipeMix::kBlockSumsWithMins>)
+    ->Name("BM_BlockSumsCeiling/q4_1");
+BENCHMARK(BM_PipeCeiling<PipeMix::kGgmlLanes>)->Name("BM_GgmlCeiling/q8_0");
+BENCHMARK(BM_PipeCeiling<PipeMix::kGgmlLanesWithMins>)
+    ->Name("BM_GgmlCeiling/q4_1");
 
 // {rows, cols, tokens}: attention output / FFN up / FFN down of the default
 // model, and its Q8_0 output head.
