@@ -13,9 +13,10 @@
 //   - the products' compute ceiling: a token's matrix products (every
 //     layer's and the output head's multiply-adds) at the multiply pipes'
 //     limit for the arithmetic's instruction mix, measured on every thread
-//     at once (bench/pipe_ceiling.h): what no batch can beat, since a batch
-//     still does every token's products (it is an upper bound: attention,
-//     norms and quantization come on top);
+//     at once (bench/pipe_ceiling.h): what no batched decode step can
+//     beat, since it does every token's products (an upper bound:
+//     attention, norms and quantization come on top; prefill takes the
+//     output head once per prompt and can pass it);
 //   - single-stream decode tokens/s (128 tokens after a 16-token prompt;
 //     --decode_prompt_tokens for a longer context), and its ratio to the decode
 //     roofline: bandwidth / bytes of weights one decode step reads;

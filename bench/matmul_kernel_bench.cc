@@ -158,8 +158,7 @@ void BM_PackedMatMul(
 // count them).
 template <PipeMix kMix>
 void BM_PipeCeiling(benchmark::State& state) {
-  if (!__builtin_cpu_supports("avx512vnni") ||
-      !__builtin_cpu_supports("avx512bw")) {
+  if (!PipeCeilingSupported()) {
     state.SkipWithError("no AVX-512 VNNI on this CPU");
     return;
   }

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <vector>
 
 namespace pdserve::bench {
@@ -38,15 +37,18 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void BlockSumsShape(
   constexpr int T = kBlockSumsTokens;
   __m512i w = _mm512_set1_epi8(3);
   __m512i y = _mm512_set1_epi32(0x01020304);
-  const __m512 dw = _mm512_set1_ps(0.5f), mw = _mm512_set1_ps(0.25f);
+  __m512 dw = _mm512_set1_ps(0.5f), mw = _mm512_set1_ps(0.25f);
   __m512 acc[T], mins[T];
   __m512i carried[T];
   for (int t = 0; t < T; ++t) {
     acc[t] = mins[t] = _mm512_setzero_ps();
-    carried[t] = _mm512_setzero_si512();
+    carried[t] = FreshZero();  // eight chains the compiler cannot merge
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    asm volatile("" : "+v"(w), "+v"(y));  // a new block's operands
+    // A new block's operands and headers: nothing below can be hoisted out
+    // of the loop (the kernels load each block's headers, and multiply
+    // them by the tokens' scales, in every block).
+    asm volatile("" : "+v"(w), "+v"(y), "+v"(dw), "+v"(mw));
     __m512i sums[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
@@ -79,21 +81,23 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void BlockSumsShape(
 
 // ggml's order: two tokens, per ggml lane i and token one vpdpbusd, one
 // conversion and one multiply-add into the lane's accumulator; per block
-// and token the scale multiply and (kMins) the mins' multiply and add. As
-// in the kernel, each lane's weights are a 64-byte load and each token's
-// activation word a broadcast load, both from L1 here (every lane and
-// token differs, so that no product can be shared).
+// and token the scale multiply and (kMins) the mins' multiply and add. Each
+// lane's weights are a 64-byte load and each token's activation word a
+// broadcast load, as in the kernel, both from L1 here: every lane and
+// token differs, so that no product can be shared. (The kernel's Q8_0 and
+// Q4_0 lanes also start from a broadcast load instead of zero: a load, not
+// multiply-pipe work.)
 template <bool kMins>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void GgmlLanesShape(
     int64_t blocks, const float* scales, float* out) {
   constexpr int T = kGgmlTokens;
-  alignas(64) static uint8_t weights[8][64];
-  alignas(64) static int32_t words[8][T];
+  alignas(64) uint8_t weights[8][64];
+  alignas(64) int32_t words[8][T];
   for (int i = 0; i < 8; ++i) {
     for (int k = 0; k < 64; ++k) weights[i][k] = static_cast<uint8_t>(i + k);
     for (int t = 0; t < T; ++t) words[i][t] = 0x01020304 + i * T + t;
   }
-  const __m512 dw = _mm512_set1_ps(0.5f), mw = _mm512_set1_ps(0.25f);
+  __m512 dw = _mm512_set1_ps(0.5f), mw = _mm512_set1_ps(0.25f);
   __m512 acc[T][8], summs[T];
   for (int t = 0; t < T; ++t) {
     summs[t] = _mm512_setzero_ps();
@@ -102,8 +106,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void GgmlLanesShape(
   const uint8_t* lane_weights = &weights[0][0];
   const int32_t* lane_words = &words[0][0];
   for (int64_t b = 0; b < blocks; ++b) {
-    // A new block's operands: the loads below cannot be hoisted.
-    asm volatile("" : "+r"(lane_weights), "+r"(lane_words));
+    // A new block's operands and headers: as in BlockSumsShape, nothing
+    // below can be hoisted out of the loop.
+    asm volatile("" : "+r"(lane_weights), "+r"(lane_words), "+v"(dw), "+v"(mw));
     __m512 d[T];
 #pragma GCC unroll 2
     for (int t = 0; t < T; ++t) {
@@ -180,11 +185,13 @@ int64_t RunPipeMix(PipeMix mix, int64_t blocks, float* sink) {
   return 0;
 }
 
+bool PipeCeilingSupported() {
+  return __builtin_cpu_supports("avx512vnni") &&
+         __builtin_cpu_supports("avx512bw");
+}
+
 double PipeMixGmacs(PipeMix mix) {
-  if (!__builtin_cpu_supports("avx512vnni") ||
-      !__builtin_cpu_supports("avx512bw")) {
-    return 0;
-  }
+  if (!PipeCeilingSupported()) return 0;
   float sink[16];
   using Clock = std::chrono::steady_clock;
   // Blocks for about 20 ms, from a short run.
@@ -233,42 +240,40 @@ ProductsCeiling MeasureProductsCeiling(const model::ModelWeights& weights,
   }
   matrices.push_back(&weights.output);
   ProductsCeiling c;
-  std::map<PipeMix, double> macs_by_mix;
   bool every_matrix_has_a_mix = true;
   for (const model::WeightMatrix* m : matrices) {
     const double macs = static_cast<double>(m->rows) * m->cols;
     c.macs_per_token += macs;
-    // Blocks wider than 16384 elements keep ggml's order (unpacked), with
-    // the same mix per pair.
+    // Matrices without a packed form (rows over 16384 elements) keep
+    // ggml's order, unpacked, with the same mix per (row, token).
     const PackedArithmetic effective =
         kernels::PackedMatrix::StorageBytes(m->type, m->rows, m->cols) > 0
             ? arithmetic
             : PackedArithmetic::kGgml;
     PipeMix mix;
     if (PackedKernelMix(m->type, effective, &mix)) {
-      macs_by_mix[mix] += macs;
+      c.macs_by_mix[mix] += macs;
     } else {
       every_matrix_has_a_mix = false;
     }
   }
+  if (!every_matrix_has_a_mix || !PipeCeilingSupported()) return c;
   // Seconds per token at the ceiling: each mix measured on every thread at
-  // once (as the engine runs them), their GMAC/s added up.
+  // once (one item per thread), as the engine runs them, their GMAC/s
+  // added up.
   double seconds = 0;
-  for (const auto& [mix, macs] : macs_by_mix) {
-    std::mutex mu;
-    double gmacs = 0;
+  for (const auto& [mix, macs] : c.macs_by_mix) {
+    std::vector<double> per_thread(pool.num_threads(), 0.0);
     const PipeMix measured = mix;
     pool.ParallelFor(pool.num_threads(), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        const double g = PipeMixGmacs(measured);
-        std::lock_guard<std::mutex> lock(mu);
-        gmacs += g;
+        per_thread[i] = PipeMixGmacs(measured);
       }
     });
-    if (gmacs <= 0) return c;
+    double gmacs = 0;
+    for (double g : per_thread) gmacs += g;
     seconds += macs / (gmacs * 1e9);
   }
-  if (seconds <= 0 || !every_matrix_has_a_mix) return c;
   c.gmacs = c.macs_per_token / seconds / 1e9;
   c.tokens_per_s = 1 / seconds;
   return c;

@@ -1,9 +1,11 @@
 // pipe_ceiling: the most multiply-adds per second a core gives the packed
-// matrix kernels' instruction mix, with every operand in registers: no
-// memory, no unpacking, no loop over rows. A compute-bound product (a
-// prompt, a batched decode step) cannot beat it, so the benchmarks set their
-// figures against it: matmul_kernel_bench the kernels, engine_bench a whole
-// model's products per token (ProductsCeiling).
+// matrix kernels' instruction mix, with the operands in registers or L1:
+// no memory stream, no unpacking, no loop over rows. A compute-bound
+// product cannot beat it, so the benchmarks set their figures against it:
+// matmul_kernel_bench the kernels, engine_bench a model's products per
+// token (ProductsCeiling), which bound batched decode (every token of a
+// step takes every product; prefill takes the output head once per prompt,
+// so a long prompt can pass it).
 //
 // The mixes are the kernels' multiply-pipe work per 32-element block of 16
 // rows and one token (kernels/matmul_avx512.cc):
@@ -17,11 +19,13 @@
 // every float multiply or multiply-add: in ggml's order a block's float work
 // is as large as its integer work, which halves what batching can give.
 //
-// Needs AVX-512 VNNI; on other CPUs the measures return 0.
+// Needs AVX-512 VNNI (PipeCeilingSupported); on other CPUs the measures
+// return 0.
 #ifndef PDSERVE_BENCH_PIPE_CEILING_H_
 #define PDSERVE_BENCH_PIPE_CEILING_H_
 
 #include <cstdint>
+#include <map>
 
 #include "common/thread_pool.h"
 #include "kernels/matmul.h"
@@ -38,6 +42,9 @@ enum class PipeMix {
 };
 
 const char* PipeMixName(PipeMix mix);
+
+// Whether this CPU runs the mixes (AVX-512 VNNI and BW).
+bool PipeCeilingSupported();
 
 // Runs `blocks` blocks of `mix` (every token of one pass over 16 rows) and
 // returns the multiply-adds done. sink: 16 floats the results go to, so
@@ -58,8 +65,12 @@ bool PackedKernelMix(kernels::GgmlType type,
 // output head) at the pipe ceiling of every thread of `pool` at once.
 struct ProductsCeiling {
   double macs_per_token = 0;  // multiply-adds of one token's products
-  double gmacs = 0;           // all threads together, weighted by the mixes
-  double tokens_per_s = 0;    // 0 where a matrix's format has no mix
+  // The same, by the mix the kernels run them in (formats without a mix
+  // left out).
+  std::map<PipeMix, double> macs_by_mix;
+  double gmacs = 0;  // all threads together, weighted by the mixes' shares
+  // 0 where a matrix's format has no mix or the CPU no AVX-512 VNNI.
+  double tokens_per_s = 0;
 };
 ProductsCeiling MeasureProductsCeiling(const model::ModelWeights& weights,
                                        kernels::PackedArithmetic arithmetic,
