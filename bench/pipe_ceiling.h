@@ -51,8 +51,10 @@ bool PipeCeilingSupported();
 // that the work is kept.
 int64_t RunPipeMix(PipeMix mix, int64_t blocks, float* sink);
 
-// GMAC/s of `mix` on the calling thread: the median of five runs of about
-// 20 ms. 0 without AVX-512 VNNI.
+// GMAC/s of `mix` on the calling thread: the fastest of nine runs of about
+// 20 ms (a ceiling: the host's interference only ever lowers a run, by up
+// to a tenth on the VMs of bench/results, and a low ceiling would call a
+// goal out of reach that is not). 0 without AVX-512 VNNI.
 double PipeMixGmacs(PipeMix mix);
 
 // The mix the packed kernels run for a matrix of `type` in `arithmetic`
