@@ -143,22 +143,6 @@ double Seconds(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-const char* PipeMixName(PipeMix mix) {
-  switch (mix) {
-    case PipeMix::kVnniOnly:
-      return "vnni_only";
-    case PipeMix::kBlockSums:
-      return "block_sums";
-    case PipeMix::kBlockSumsWithMins:
-      return "block_sums_mins";
-    case PipeMix::kGgmlLanes:
-      return "ggml";
-    case PipeMix::kGgmlLanesWithMins:
-      return "ggml_mins";
-  }
-  return "?";
-}
-
 int64_t RunPipeMix(PipeMix mix, int64_t blocks, float* sink) {
   const float scales[2 * kBlockSumsTokens] = {
       0.75f, 0.5f,  0.25f, 0.125f, 0.75f, 0.5f,  0.25f, 0.125f,

@@ -41,8 +41,6 @@ enum class PipeMix {
   kGgmlLanesWithMins,  // Q4_1 in ggml's order
 };
 
-const char* PipeMixName(PipeMix mix);
-
 // Whether this CPU runs the mixes (AVX-512 VNNI and BW).
 bool PipeCeilingSupported();
 
